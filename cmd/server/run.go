@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gin-gonic/gin"
+	"github.com/glebarez/sqlite"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"seckill/internal/auth"
+	"seckill/internal/idworker"
+	"seckill/internal/lock"
+	"seckill/internal/order"
+	"seckill/internal/stock"
+	"seckill/internal/voucher"
+	"seckill/internal/web"
+	"seckill/migrations"
+)
+
+// run reads the configuration, connects, wires the features, serves until
+// ctx is cancelled (SIGINT or SIGTERM), then shuts down in order: stop
+// accepting, let in-flight requests finish, stop background work, close
+// the connections.
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stdout, nil))
+
+	st, err := openStores(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+
+	app, err := newApp(cfg, st, log)
+	if err != nil {
+		return err
+	}
+	if cfg.embedded() {
+		app.seedDemo(ctx, log)
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: app.router, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded())
+
+	// Background work runs under its own context, stopped only after the
+	// last request has finished: a request may still need it.
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
+
+	select {
+	case err := <-serveErr:
+		stopBg()
+		bg.Wait()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: no new connections; waiting for requests in flight", "grace", cfg.ShutdownGrace)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+	defer cancel()
+	err = srv.Shutdown(shutCtx)
+	stopBg()
+	bg.Wait()
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// stores are the connections to MySQL and Redis.
+type stores struct {
+	db      *gorm.DB
+	rdb     redis.UniversalClient
+	redlock []redis.UniversalClient
+	closers []func()
+}
+
+func (s *stores) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// openStores connects to MySQL and Redis (or starts the embedded ones),
+// waiting up to StartupWait for them to come up, then migrates.
+func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, error) {
+	st := &stores{}
+	gcfg := &gorm.Config{
+		TranslateError:         true, // unique violations become gorm.ErrDuplicatedKey
+		SkipDefaultTransaction: true, // single statements need no transaction of their own
+		Logger:                 logger.Discard,
+	}
+	dialect := migrations.MySQL
+	if cfg.embedded() {
+		log.Warn("EMBEDDED DEMO MODE: in-process Redis and in-memory SQLite; single instance only, nothing is kept. Set MYSQL_DSN and REDIS_ADDR for the real stack.")
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		st.closers = append(st.closers, mr.Close)
+		st.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		db, err := gorm.Open(sqlite.Open("file:seckill-demo?mode=memory&cache=shared&_pragma=busy_timeout(5000)"), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open embedded sqlite: %w", err)
+		}
+		st.db = db
+		dialect = migrations.SQLite
+	} else {
+		st.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: cfg.RedisPoolSize})
+		db, err := gorm.Open(mysql.Open(cfg.MySQLDSN), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open mysql: %w", err)
+		}
+		st.db = db
+	}
+	st.closers = append(st.closers, func() { st.rdb.Close() })
+	sqlDB, err := st.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, func() { sqlDB.Close() })
+	if cfg.embedded() {
+		// One connection: an in-memory SQLite lives as long as a
+		// connection to it, and SQLite has one writer anyway.
+		sqlDB.SetMaxOpenConns(1)
+	} else {
+		sqlDB.SetMaxOpenConns(cfg.MySQLMaxConns)
+		sqlDB.SetMaxIdleConns(cfg.MySQLMaxConns)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	for _, addr := range cfg.RedLockAddrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		st.redlock = append(st.redlock, c)
+		st.closers = append(st.closers, func() { c.Close() })
+	}
+
+	if err := waitUp(ctx, cfg.StartupWait, log, st); err != nil {
+		st.close()
+		return nil, err
+	}
+	if err := migrations.Apply(ctx, sqlDB, dialect); err != nil {
+		st.close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// waitUp pings MySQL and Redis until both answer: under docker compose the
+// server may start before they accept connections.
+func waitUp(ctx context.Context, limit time.Duration, log *slog.Logger, st *stores) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := st.ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("MySQL or Redis did not answer within %s: %w", limit, err)
+		}
+		log.Info("waiting for MySQL and Redis", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (st *stores) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	sqlDB, err := st.db.DB()
+	if err != nil {
+		return err
+	}
+	return errors.Join(sqlDB.PingContext(ctx), st.rdb.Ping(ctx).Err())
+}
+
+// app is the wired service.
+type app struct {
+	router   *gin.Engine
+	vouchers *voucher.Service
+	orders   *order.Service
+	auth     *auth.Service
+}
+
+func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
+	now := time.Now
+	native := lock.NewRedis(st.rdb)
+	var locks lock.Locker = native
+	switch cfg.LockBackend {
+	case "redlock":
+		locks = lock.NewRedLock(st.redlock)
+	case "local":
+		log.Warn("LOCK_BACKEND=local: the per-user lock only excludes requests within this process; it does NOT protect several instances")
+		locks = lock.NewLocal()
+	}
+	tokens := auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now)
+	stocks := stock.NewStore(st.rdb, cfg.StockHold)
+	ids := idworker.New(st.rdb, now)
+
+	authSvc := auth.NewService(st.db, st.rdb, tokens, cfg.AdminPhones, func(ctx context.Context, phone, code string) {
+		// No SMS gateway ships with the project: the log stands in for one.
+		log.InfoContext(ctx, "login code (stand-in for an SMS)", "phone", phone, "code", code)
+	})
+	vouchers := voucher.NewService(st.db, stocks, native, now, log)
+	ocfg := order.DefaultConfig
+	ocfg.WriteTimeout = cfg.WriteTimeout()
+	orders := order.NewService(st.db, vouchers, stocks, locks, ids, now, log, ocfg)
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(web.NotFound)
+	r.NoMethod(web.MethodNotAllowed)
+	r.Use(web.Recover(log), web.LimitBody())
+	fail := func(c *gin.Context, err error) { web.Error(c, log, err) }
+	authn := tokens.Authenticate(fail)
+
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", func(c *gin.Context) {
+		if err := st.ping(c.Request.Context()); err != nil {
+			log.WarnContext(c.Request.Context(), "not ready", "err", err)
+			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable"})
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	})
+	auth.NewHandler(authSvc, cfg.DevCodes, log).Register(r)
+	voucher.NewHandler(vouchers, log).Register(r, authn, auth.RequireAdmin(fail))
+	order.NewHandler(orders, log).Register(r, authn)
+	return &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc}, nil
+}
+
+// seedDemo creates a voucher on sale for a day, so the demo has something
+// to buy at once.
+func (a *app) seedDemo(ctx context.Context, log *slog.Logger) {
+	title, stockN := "Demo voucher", int64(100)
+	begin, end := time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour)
+	v, err := a.vouchers.Create(ctx, 0, "", voucher.CreateInput{Title: &title, Stock: &stockN, BeginTime: &begin, EndTime: &end})
+	if err != nil {
+		log.Warn("seed demo voucher", "err", err)
+		return
+	}
+	log.Info("demo voucher on sale", "id", v.ID, "stock", v.Stock, "admin_phone", "13800000000")
+}

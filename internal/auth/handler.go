@@ -1,0 +1,67 @@
+package auth
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/web"
+)
+
+// Handler serves /auth.
+type Handler struct {
+	svc      *Service
+	devCodes bool
+	log      *slog.Logger
+}
+
+// NewHandler returns a Handler; devCodes puts the code in the response.
+func NewHandler(svc *Service, devCodes bool, log *slog.Logger) *Handler {
+	return &Handler{svc: svc, devCodes: devCodes, log: log}
+}
+
+// Register adds the routes.
+func (h *Handler) Register(r gin.IRouter) {
+	r.POST("/auth/code", h.sendCode)
+	r.POST("/auth/login", h.login)
+}
+
+func (h *Handler) sendCode(c *gin.Context) {
+	var in struct {
+		Phone string `json:"phone"`
+	}
+	if !web.BindJSON(c, &in) {
+		return
+	}
+	code, err := h.svc.SendCode(c.Request.Context(), in.Phone)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	out := gin.H{"sent": true}
+	if h.devCodes {
+		out["code"] = code
+	}
+	web.JSON(c, http.StatusOK, out)
+}
+
+func (h *Handler) login(c *gin.Context) {
+	var in struct {
+		Phone string `json:"phone"`
+		Code  string `json:"code"`
+	}
+	if !web.BindJSON(c, &in) {
+		return
+	}
+	token, u, err := h.svc.Login(c.Request.Context(), in.Phone, in.Code)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	web.JSON(c, http.StatusOK, gin.H{
+		"token": token,
+		"user":  gin.H{"id": strconv.FormatInt(u.ID, 10), "phone": u.Phone},
+	})
+}

@@ -1,0 +1,54 @@
+package order
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/auth"
+	"seckill/internal/web"
+)
+
+// Handler serves /seckill and /orders.
+type Handler struct {
+	svc *Service
+	log *slog.Logger
+}
+
+// NewHandler returns a Handler.
+func NewHandler(svc *Service, log *slog.Logger) *Handler { return &Handler{svc: svc, log: log} }
+
+// Register adds the routes, behind authn (which must set auth.From).
+func (h *Handler) Register(r gin.IRouter, authn gin.HandlerFunc) {
+	r.POST("/seckill/:voucherId", authn, h.seckill)
+	r.GET("/orders/:id", authn, h.get)
+}
+
+func (h *Handler) seckill(c *gin.Context) {
+	voucherID, ok := web.ID(c, "voucherId")
+	if !ok {
+		return
+	}
+	id, err := h.svc.Seckill(c.Request.Context(), auth.From(c).UserID, voucherID)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	web.JSON(c, http.StatusOK, gin.H{"order_id": strconv.FormatInt(id, 10)})
+}
+
+func (h *Handler) get(c *gin.Context) {
+	id, ok := web.ID(c, "id")
+	if !ok {
+		return
+	}
+	who := auth.From(c)
+	o, err := h.svc.Get(c.Request.Context(), id, who.UserID, who.Role == auth.RoleAdmin)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	web.JSON(c, http.StatusOK, o)
+}

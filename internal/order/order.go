@@ -1,0 +1,71 @@
+// Package order sells vouchers: POST /seckill/{voucherId} turns one unit of
+// stock into one order row, at most one per user, never more than the stock.
+//
+// seckill.go tells the flow from top to bottom; read it first. The guards,
+// outermost first:
+//
+//  1. The sale window, checked from memory (package voucher).
+//  2. One Lua script in Redis (package stock) takes a unit only if one is
+//     left and the user has none: atomic, so no oversell in Redis, and
+//     rejections never reach MySQL.
+//  3. A per-user distributed lock (package lock), so that two requests of
+//     one user on different instances cannot both write an order, even if
+//     Redis lost its memory of buyers.
+//  4. One MySQL transaction: the unique index on (user_id, voucher_id) and
+//     the guarded UPDATE ... WHERE stock > 0. MySQL is the last guard and the
+//     truth; the guards above exist to keep load away from it.
+//
+// Whatever fails after step 2 gives the unit back; a process that dies
+// there leaves a hold that the Sweeper turns back into stock.
+package order
+
+import (
+	"strconv"
+	"time"
+
+	"seckill/internal/apperr"
+)
+
+// Order is a row of voucher_orders.
+type Order struct {
+	ID        int64
+	UserID    int64
+	VoucherID int64
+	Status    string
+	CreatedAt time.Time
+}
+
+// TableName is the contract's table name.
+func (Order) TableName() string { return "voucher_orders" }
+
+// Order statuses.
+const (
+	StatusPending = "pending" // accepted in Redis, not yet in MySQL (async mode)
+	StatusCreated = "created"
+)
+
+var (
+	ErrSoldOut        = apperr.New(apperr.SoldOut, "sold out")
+	ErrAlreadyOrdered = apperr.New(apperr.AlreadyOrdered, "you already hold an order for this voucher")
+	ErrBusy           = apperr.New(apperr.Busy, "another request of yours for this voucher is in progress; try again shortly")
+	ErrNotFound       = apperr.New(apperr.NotFound, "no such order")
+)
+
+// View is an order as the API shows it.
+type View struct {
+	ID        string    `json:"id"`
+	UserID    string    `json:"user_id"`
+	VoucherID string    `json:"voucher_id"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (o *Order) view() View {
+	return View{
+		ID:        strconv.FormatInt(o.ID, 10),
+		UserID:    strconv.FormatInt(o.UserID, 10),
+		VoucherID: strconv.FormatInt(o.VoucherID, 10),
+		Status:    o.Status,
+		CreatedAt: o.CreatedAt.UTC(),
+	}
+}

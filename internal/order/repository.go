@@ -1,0 +1,92 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// insert writes one order inside a transaction, and takes its unit from
+// vouchers.stock.
+//
+// The INSERT goes first: the unique index on (user_id, voucher_id) is the
+// "has this user ordered?" check, done by the database atomically (a
+// SELECT first would be a check-then-act race). The UPDATE goes second so
+// that the hot voucher row is locked only from the UPDATE to the COMMIT:
+// every other buyer of this voucher waits on that lock, so it must be
+// held as briefly as possible.
+//
+// stock > 0 in the WHERE clause is what makes the decrement safe: reading
+// the stock and writing back stock-1 would let two transactions both sell
+// the last unit (a lost update). With the condition in the UPDATE, InnoDB
+// re-checks it under the row lock, and 0 rows affected means sold out.
+func insert(tx *gorm.DB, o *Order) error {
+	if err := tx.Create(o).Error; err != nil {
+		if errors.Is(err, gorm.ErrDuplicatedKey) {
+			return ErrAlreadyOrdered
+		}
+		return fmt.Errorf("insert order: %w", err)
+	}
+	res := tx.Exec("UPDATE vouchers SET stock = stock - 1 WHERE id = ? AND stock > 0", o.VoucherID)
+	if res.Error != nil {
+		return fmt.Errorf("deduct stock of voucher %d: %w", o.VoucherID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return ErrSoldOut
+	}
+	return nil
+}
+
+// find reads an order.
+func find(ctx context.Context, db *gorm.DB, id int64) (*Order, error) {
+	var o Order
+	err := db.WithContext(ctx).Take(&o, id).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find order %d: %w", id, err)
+	}
+	return &o, nil
+}
+
+// snapshot reads a voucher's stock left and its buyers as of one moment:
+// both SELECTs run in one REPEATABLE READ transaction, so they see the same
+// snapshot and agree with each other.
+func snapshot(ctx context.Context, db *gorm.DB, voucherID int64) (stock int64, buyers []int64, err error) {
+	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&stock).Error; err != nil {
+			return err
+		}
+		return tx.Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ?", voucherID).Scan(&buyers).Error
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("snapshot voucher %d: %w", voucherID, err)
+	}
+	return stock, buyers, nil
+}
+
+// ordered returns which of users hold an order of voucher.
+func ordered(ctx context.Context, db *gorm.DB, voucherID int64, users []int64) (map[int64]bool, error) {
+	var have []int64
+	err := db.WithContext(ctx).Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN ?", voucherID, users).Scan(&have).Error
+	if err != nil {
+		return nil, fmt.Errorf("find orders of voucher %d: %w", voucherID, err)
+	}
+	set := make(map[int64]bool, len(have))
+	for _, u := range have {
+		set[u] = true
+	}
+	return set, nil
+}
+
+// stockLeft reads vouchers.stock.
+func stockLeft(ctx context.Context, db *gorm.DB, voucherID int64) (int64, error) {
+	var n int64
+	if err := db.WithContext(ctx).Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&n).Error; err != nil {
+		return 0, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+	}
+	return n, nil
+}

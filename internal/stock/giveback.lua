@@ -1,0 +1,32 @@
+-- Give back the unit a user's hold took.
+--
+-- KEYS[1] stock, KEYS[2] buyers, KEYS[3] holds
+-- ARGV[1] user ID
+-- ARGV[2] '1': forget the user as a buyer too; '0': the user really holds
+--         an order (the unique index said so), so keep them remembered
+-- ARGV[3] '1': only if the hold has expired (the sweeper reclaiming what
+--         a dead process took); '0': at once (the request itself failed)
+--
+-- Returns 1 if the unit went back, 0 if there was no such hold (already
+-- given back or confirmed, or lost with a Redis flush). Removing the hold
+-- and adding the unit in one script is what makes giving back exactly-once:
+-- a request and the sweeper cannot both return the same unit.
+local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not deadline then
+  return 0
+end
+if ARGV[3] == '1' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if tonumber(deadline) > now then
+    return 0
+  end
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('INCR', KEYS[1])
+end
+if ARGV[2] == '1' then
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 1

@@ -1,0 +1,31 @@
+-- Take one unit of a voucher's stock for a user, atomically.
+--
+-- KEYS[1] stock   (string: units left)
+-- KEYS[2] buyers  (set: users who took a unit)
+-- KEYS[3] holds   (sorted set: user -> deadline in ms, a unit taken but
+--                  not yet turned into an order row)
+-- ARGV[1] user ID
+-- ARGV[2] how long the hold lasts, in ms
+--
+-- Returns 0 taken, 1 sold out, 2 already bought, 3 stock key missing.
+-- Redis runs a script alone, so no other request can slip in between the
+-- check and the decrement: this is what makes "check stock, then take it"
+-- safe without a lock.
+local stock = redis.call('GET', KEYS[1])
+if not stock then
+  return 3
+end
+if tonumber(stock) <= 0 then
+  return 1
+end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
+redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+-- The deadline comes from the Redis server's clock, so that instances
+-- whose clocks disagree still agree on when a hold has expired.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
+return 0

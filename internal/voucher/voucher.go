@@ -1,0 +1,69 @@
+// Package voucher owns the things on sale: a voucher has a title, a stock
+// and a sale window [begin_time, end_time).
+//
+// Creating a voucher writes its row to MySQL and its stock to Redis (package
+// stock) before answering, so the first seckill request finds it ready. The
+// seckill path asks Find for a voucher's window on every request; Find
+// answers from memory (vouchers never change once created) so that a sale's
+// hot path does not touch MySQL at all.
+package voucher
+
+import (
+	"strconv"
+	"time"
+
+	"seckill/internal/apperr"
+)
+
+// Voucher is a row of vouchers.
+type Voucher struct {
+	ID           int64
+	Title        string
+	Stock        int64 // stock left in MySQL; the sellable figure is in Redis
+	InitialStock int64
+	BeginTime    time.Time
+	EndTime      time.Time
+	CreatedAt    time.Time
+}
+
+// TableName is the contract's table name.
+func (Voucher) TableName() string { return "vouchers" }
+
+var (
+	ErrNotFound   = apperr.New(apperr.NotFound, "no such voucher")
+	ErrNotStarted = apperr.New(apperr.NotStarted, "the sale has not started yet")
+	ErrEnded      = apperr.New(apperr.Ended, "the sale has ended")
+	ErrDuplicate  = apperr.New(apperr.Busy, "this request was already submitted (same Idempotency-Key); wait for the first one")
+)
+
+// Open reports whether the sale window holds now: ErrNotStarted before
+// begin_time, ErrEnded from end_time on.
+func (v *Voucher) Open(now time.Time) error {
+	switch {
+	case now.Before(v.BeginTime):
+		return ErrNotStarted
+	case !now.Before(v.EndTime):
+		return ErrEnded
+	}
+	return nil
+}
+
+// View is a voucher as the API shows it, with IDs as strings (JavaScript
+// numbers cannot hold 63 bits) and stock the units still sellable.
+type View struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title"`
+	Stock     int64     `json:"stock"`
+	BeginTime time.Time `json:"begin_time"`
+	EndTime   time.Time `json:"end_time"`
+}
+
+func (v *Voucher) view(stock int64) View {
+	return View{
+		ID:        strconv.FormatInt(v.ID, 10),
+		Title:     v.Title,
+		Stock:     stock,
+		BeginTime: v.BeginTime.UTC(),
+		EndTime:   v.EndTime.UTC(),
+	}
+}

@@ -1,0 +1,121 @@
+// Package web holds the HTTP plumbing every feature's handlers share: the
+// error envelope of the contract, panic recovery, the body size limit, and
+// parsing of numeric path IDs. Handlers stay thin: bind, call the service,
+// then Error or JSON.
+package web
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apperr"
+)
+
+// MaxBody is the largest request body accepted; larger ones get 413.
+const MaxBody = 1 << 20
+
+type envelope struct {
+	Error body `json:"error"`
+}
+
+type body struct {
+	Code    apperr.Code `json:"code"`
+	Message string      `json:"message"`
+}
+
+// Error answers err in the contract's envelope. Errors that are not an
+// *apperr.Error are logged once, with their cause, and answered as a
+// generic internal error: the client never sees internal detail.
+func Error(c *gin.Context, log *slog.Logger, err error) {
+	e := apperr.As(err)
+	switch {
+	case e != nil && e.Code == apperr.Unavailable:
+		log.WarnContext(c.Request.Context(), "unavailable", "path", c.FullPath(), "err", err)
+	case e == nil && errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil:
+		// The client went away; nobody will read the answer.
+		e = apperr.New(apperr.Unavailable, "request cancelled")
+	case e == nil:
+		log.ErrorContext(c.Request.Context(), "internal error", "path", c.FullPath(), "err", err)
+		e = apperr.New(apperr.Internal, "internal error")
+	}
+	abort(c, apperr.Status(e.Code), e.Code, e.Message)
+}
+
+func abort(c *gin.Context, status int, code apperr.Code, msg string) {
+	c.AbortWithStatusJSON(status, envelope{Error: body{Code: code, Message: msg}})
+}
+
+// JSON writes v with the given status.
+func JSON(c *gin.Context, status int, v any) { c.JSON(status, v) }
+
+// BindJSON decodes the body into v, answering invalid_argument (or 413
+// for a body over MaxBody) itself when it cannot. It reports whether the
+// handler should go on.
+func BindJSON(c *gin.Context, v any) bool {
+	err := c.ShouldBindJSON(v)
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		abort(c, http.StatusRequestEntityTooLarge, apperr.InvalidArgument, "request body is larger than 1 MiB")
+		return false
+	}
+	abort(c, http.StatusBadRequest, apperr.InvalidArgument, "request body must be a JSON object of the documented shape")
+	return false
+}
+
+// ID parses the path parameter name as a positive 64-bit decimal ID.
+func ID(c *gin.Context, name string) (int64, bool) {
+	id, err := strconv.ParseInt(c.Param(name), 10, 64)
+	if err != nil || id <= 0 {
+		abort(c, http.StatusBadRequest, apperr.InvalidArgument, name+" must be a positive decimal integer")
+		return 0, false
+	}
+	return id, true
+}
+
+// LimitBody refuses bodies over MaxBody: reads past it fail, and a declared
+// Content-Length over it is refused before the handler runs.
+func LimitBody() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.ContentLength > MaxBody {
+			abort(c, http.StatusRequestEntityTooLarge, apperr.InvalidArgument, "request body is larger than 1 MiB")
+			return
+		}
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, MaxBody)
+		c.Next()
+	}
+}
+
+// Recover turns a panic into a logged internal error, so no panic reaches
+// a client as a dropped connection or a stack trace.
+func Recover(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				log.ErrorContext(c.Request.Context(), "panic", "path", c.FullPath(), "panic", r)
+				abort(c, http.StatusInternalServerError, apperr.Internal, "internal error")
+			}
+		}()
+		c.Next()
+	}
+}
+
+// NotFound answers unknown routes in the envelope.
+func NotFound(c *gin.Context) {
+	abort(c, http.StatusNotFound, apperr.NotFound, "no such endpoint")
+}
+
+// MethodNotAllowed answers a known path with the wrong method.
+func MethodNotAllowed(c *gin.Context) {
+	abort(c, http.StatusMethodNotAllowed, apperr.InvalidArgument, "method not allowed on this path")
+}

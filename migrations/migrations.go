@@ -1,0 +1,162 @@
+// Package migrations holds the schema as numbered SQL files, one folder per
+// dialect, built into the binary, and applies the ones a database lacks.
+//
+// Each file runs once per database; the versions applied are recorded in
+// schema_migrations. On MySQL, several instances starting at once take the
+// named lock GET_LOCK('seckill.migrate') first, so exactly one applies and
+// the others find the work done. Files hold plain statements separated by
+// a semicolon at the end of a line.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed mysql/*.sql sqlite/*.sql
+var files embed.FS
+
+// Dialects this package has files for.
+const (
+	MySQL  = "mysql"
+	SQLite = "sqlite"
+)
+
+// querier is what both *sql.Conn and *sql.Tx offer.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Apply brings db up to the newest version of dialect's schema.
+func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
+	steps, err := load(dialect)
+	if err != nil {
+		return err
+	}
+	// One connection for the whole run: MySQL's named lock belongs to a
+	// session, so taking it on one pooled connection and releasing it on
+	// another would not work.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: connect: %w", err)
+	}
+	defer conn.Close()
+	if dialect == MySQL {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('seckill.migrate', 60)").Scan(&got); err != nil {
+			return fmt.Errorf("migrations: take lock: %w", err)
+		}
+		if got.Int64 != 1 {
+			return fmt.Errorf("migrations: another instance held the migration lock for 60s")
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('seckill.migrate')")
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INT         NOT NULL PRIMARY KEY,
+		name       VARCHAR(255) NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("migrations: create schema_migrations: %w", err)
+	}
+	done, err := applied(ctx, conn)
+	if err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if done[s.version] {
+			continue
+		}
+		if err := s.run(ctx, conn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type step struct {
+	version int
+	name    string
+	sql     string
+}
+
+func load(dialect string) ([]step, error) {
+	names, err := fs.Glob(files, dialect+"/*.sql")
+	if err != nil || len(names) == 0 {
+		return nil, fmt.Errorf("migrations: no files for dialect %q", dialect)
+	}
+	var steps []step
+	for _, name := range names {
+		base := strings.TrimPrefix(name, dialect+"/")
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("migrations: %s does not start with a version number", name)
+		}
+		b, err := files.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, step{version: v, name: base, sql: string(b)})
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i].version < steps[j].version })
+	return steps, nil
+}
+
+func applied(ctx context.Context, q querier) (map[int]bool, error) {
+	rows, err := q.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read applied versions: %w", err)
+	}
+	defer rows.Close()
+	done := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		done[v] = true
+	}
+	return done, rows.Err()
+}
+
+// run executes a file's statements, then records it. MySQL commits DDL
+// implicitly, so the files use IF NOT EXISTS: a run cut short can be
+// repeated.
+func (s step) run(ctx context.Context, q querier) error {
+	for _, stmt := range Statements(s.sql) {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrations: %s: %w", s.name, err)
+		}
+	}
+	if _, err := q.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", s.version, s.name); err != nil {
+		return fmt.Errorf("migrations: record %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// Statements splits a file into statements, dropping comment lines.
+func Statements(src string) []string {
+	var out []string
+	var cur strings.Builder
+	for _, line := range strings.Split(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteString("\n")
+		if strings.HasSuffix(trimmed, ";") {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		out = append(out, s)
+	}
+	return out
+}
