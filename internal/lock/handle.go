@@ -58,13 +58,18 @@ func newHandle(ctx context.Context, key string, fence int64, start time.Time, tt
 		until:  start.Add(ttl - drift(ttl)),
 	}
 	lk.ctx, lk.cancel = context.WithCancelCause(ctx)
-	lk.expiry = time.AfterFunc(time.Until(lk.until), lk.checkExpiry)
+	var wctx context.Context
 	if o.watchdog {
 		// The watchdog outlives a cancelled Obtain ctx (it keeps its
 		// values only): holding the lock ends with Release or maxHold.
-		wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		lk.watchdogStop = stop
+		wctx, lk.watchdogStop = context.WithCancel(context.WithoutCancel(ctx))
 		lk.watchdogExited = make(chan struct{})
+	}
+	// Under mu: checkExpiry may run before AfterFunc has even returned.
+	lk.mu.Lock()
+	lk.expiry = time.AfterFunc(time.Until(lk.until), lk.checkExpiry)
+	lk.mu.Unlock()
+	if wctx != nil {
 		go lk.watch(wctx, start, ttl, o.maxHold)
 	}
 	return lk
@@ -158,8 +163,8 @@ func (lk *handle) end(cause error, byRelease bool) {
 	if lk.watchdogStop != nil {
 		lk.watchdogStop()
 	}
+	lk.cancel(cause) // first: whoever sees Done must find the cause set
 	close(lk.done)
-	lk.cancel(cause)
 }
 
 // setUntil moves the local deadline after a successful renewal.

@@ -102,8 +102,9 @@ func newLock(ctx context.Context, key string, fence int64, start time.Time, ttl 
 // pollDelay says how long a waiter sleeps when no release wakes it. If the
 // holder's lock expires sooner than maxPoll, the waiter looks right after
 // that; a little jitter keeps many waiters from looking all at once.
+// A holderTTL below zero means the key has no expiry (not one of ours).
 func pollDelay(holderTTL, maxPoll time.Duration) time.Duration {
-	if holderTTL > 0 && holderTTL < maxPoll {
+	if holderTTL >= 0 && holderTTL < maxPoll {
 		return holderTTL + time.Millisecond + rand.N(holderTTL/8+time.Millisecond)
 	}
 	return maxPoll/2 + rand.N(maxPoll/2+1)

@@ -43,9 +43,10 @@ const (
 	releaseEntered  = 2
 )
 
-// keys names what Redis stores for the lock called key. The key inside
-// braces is a Redis Cluster hash tag: the lock and its fence counter hash to
-// the same slot, which the obtain script needs since it touches both.
+// keys names what Redis stores for the lock called key. The braces make a
+// Redis Cluster hash tag: the lock and its fence counter hash to the same
+// slot, which the obtain script needs since it touches both. The tag starts
+// with "lock:" so it is never empty, which would void it.
 type keys struct {
 	lock     string // the lock itself
 	fence    string // its fencing-token counter
@@ -53,6 +54,6 @@ type keys struct {
 }
 
 func keysFor(key string) keys {
-	base := "lock:{" + key + "}"
+	base := "{lock:" + key + "}"
 	return keys{lock: base, fence: base + ":fence", released: base + ":released"}
 }

@@ -1,0 +1,447 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// backend is one Locker under the conformance suite, with what the suite
+// needs to know and do behind its back.
+type backend struct {
+	locker Locker
+	// ttl is the suite's unit of time. RedLock gets more: each of its
+	// requests may take ttl/20 per server.
+	ttl time.Duration
+	// newKey returns a lock name of this test's own.
+	newKey func(t *testing.T) string
+	// steal deletes a lock behind its holder's back, as a Redis failover
+	// or an operator would.
+	steal func(t *testing.T, key string)
+
+	reentrant, fencing bool
+	// wakes says a waiter is woken by a release, not by polling.
+	wakes bool
+}
+
+// testConformance runs the behaviour every backend promises.
+func testConformance(t *testing.T, b backend) {
+	ctx := context.Background()
+	T := b.ttl
+
+	t.Run("TryOnce", func(t *testing.T) {
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, 10*time.Second)
+		if _, err := b.locker.Obtain(ctx, key, 10*time.Second); err != ErrNotAcquired {
+			t.Fatalf("second Obtain: got %v, want ErrNotAcquired", err)
+		}
+		mustRelease(t, a)
+		mustRelease(t, mustObtain(t, b.locker, key, 10*time.Second))
+	})
+
+	t.Run("MutualExclusion", func(t *testing.T) {
+		// 100 goroutines, released at once, each read the counter and
+		// write it back plus one, with a yield in between. Without
+		// exclusion that loses updates. The loads and stores are atomic
+		// only so the race detector, which cannot see a lock held in
+		// Redis, does not object; the read-modify-write is not.
+		const n = 100
+		key := b.newKey(t)
+		var counter, inside atomic.Int64
+		var overlapped atomic.Bool
+		start := make(chan struct{})
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				<-start
+				ctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				lk, err := b.locker.Obtain(ctx, key, 10*time.Second, Wait())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) > 1 {
+					overlapped.Store(true)
+				}
+				v := counter.Load()
+				runtime.Gosched()
+				counter.Store(v + 1)
+				inside.Add(-1)
+				errs <- lk.Release(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if overlapped.Load() {
+			t.Error("two goroutines held the lock at once")
+		}
+		if got := counter.Load(); got != n {
+			t.Errorf("counter = %d, want %d: %d updates lost", got, n, n-got)
+		}
+	})
+
+	t.Run("Expiry", func(t *testing.T) {
+		key := b.newKey(t)
+		start := time.Now()
+		a := mustObtain(t, b.locker, key, T)
+		// The holder learns of the expiry from its own clock...
+		within(t, 2*T, a.Done(), "Done after the ttl")
+		if cause := context.Cause(a.Context()); !errors.Is(cause, ErrNotHeld) {
+			t.Errorf("Context cause = %v, want ErrNotHeld", cause)
+		}
+		// ...no later than the server does, so another client can have it.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lk, err := b.locker.Obtain(wctx, key, 10*time.Second, Wait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got < T-drift(T) {
+			t.Errorf("obtained again after %v, before the ttl %v ran out", got, T)
+		}
+		mustRelease(t, lk)
+	})
+
+	t.Run("ReleaseByFormerOwner", func(t *testing.T) {
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, T)
+		<-a.Done() // expired
+		time.Sleep(drift(T) + 10*time.Millisecond)
+		bb := mustObtain(t, b.locker, key, 10*time.Second)
+		if err := a.Release(ctx); err != ErrNotHeld {
+			t.Errorf("Release by the former owner: got %v, want ErrNotHeld", err)
+		}
+		if err := a.Extend(ctx, T); err != ErrNotHeld {
+			t.Errorf("Extend by the former owner: got %v, want ErrNotHeld", err)
+		}
+		// The new owner's lock is untouched.
+		if _, err := b.locker.Obtain(ctx, key, T); err != ErrNotAcquired {
+			t.Fatalf("Obtain after the former owner's release: got %v, want ErrNotAcquired", err)
+		}
+		mustRelease(t, bb)
+	})
+
+	t.Run("ReleaseTwice", func(t *testing.T) {
+		a := mustObtain(t, b.locker, b.newKey(t), 10*time.Second)
+		mustRelease(t, a)
+		if err := a.Release(ctx); err != ErrNotHeld {
+			t.Errorf("second Release: got %v, want ErrNotHeld", err)
+		}
+		if err := a.Extend(ctx, T); err != ErrNotHeld {
+			t.Errorf("Extend after Release: got %v, want ErrNotHeld", err)
+		}
+		if isOpen(a.Done()) || a.Context().Err() != context.Canceled {
+			t.Errorf("after Release: Done open or Context.Err() = %v", a.Context().Err())
+		}
+	})
+
+	t.Run("ExtendAfterLoss", func(t *testing.T) {
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, 10*time.Second)
+		b.steal(t, key)
+		if err := a.Extend(ctx, 10*time.Second); err != ErrNotHeld {
+			t.Fatalf("Extend of a stolen lock: got %v, want ErrNotHeld", err)
+		}
+		if isOpen(a.Done()) || !errors.Is(context.Cause(a.Context()), ErrNotHeld) {
+			t.Errorf("lost lock: Done open or cause %v", context.Cause(a.Context()))
+		}
+		if err := a.Release(ctx); err != ErrNotHeld {
+			t.Errorf("Release of a lost lock: got %v, want ErrNotHeld", err)
+		}
+	})
+
+	t.Run("Extend", func(t *testing.T) {
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, T)
+		time.Sleep(T / 2)
+		if err := a.Extend(ctx, 3*T); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(T) // past the first ttl
+		if _, err := b.locker.Obtain(ctx, key, T); err != ErrNotAcquired {
+			t.Errorf("Obtain of an extended lock: got %v, want ErrNotAcquired", err)
+		}
+		if !isOpen(a.Done()) {
+			t.Error("extended lock reported lost")
+		}
+		mustRelease(t, a)
+	})
+
+	t.Run("WaitUntilDeadline", func(t *testing.T) {
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, 10*time.Second)
+		defer mustRelease(t, a)
+		wctx, cancel := context.WithTimeout(ctx, T/2)
+		defer cancel()
+		start := time.Now()
+		_, err := b.locker.Obtain(wctx, key, T, Wait())
+		if err != wctx.Err() || err != context.DeadlineExceeded {
+			t.Fatalf("Obtain at the deadline: got %v, want ctx.Err() itself", err)
+		}
+		if got := time.Since(start); got < T/2 || got > T/2+time.Second {
+			t.Errorf("gave up after %v, want about %v", got, T/2)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := b.locker.Obtain(cctx, b.newKey(t), T); err != context.Canceled {
+			t.Errorf("Obtain with a cancelled ctx: got %v, want context.Canceled", err)
+		}
+	})
+
+	t.Run("WaitWakesOnRelease", func(t *testing.T) {
+		if !b.wakes {
+			t.Skip("this backend's waiters poll")
+		}
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, 30*time.Second)
+		type result struct {
+			at  time.Time
+			err error
+			lk  Lock
+		}
+		got := make(chan result, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			lk, err := b.locker.Obtain(wctx, key, 10*time.Second, Wait())
+			got <- result{time.Now(), err, lk}
+		}()
+		time.Sleep(300 * time.Millisecond) // let the waiter settle
+		released := time.Now()
+		mustRelease(t, a)
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		defer mustRelease(t, r.lk)
+		// The backend's fallback poll is far longer (the holder's ttl is
+		// 30s): only a wake-up by the release is this quick.
+		if lag := r.at.Sub(released); lag < 0 || lag > 100*time.Millisecond {
+			t.Errorf("waiter obtained the lock %v after its release, want < 100ms", lag)
+		}
+	})
+
+	t.Run("Reentrancy", func(t *testing.T) {
+		key := b.newKey(t)
+		if !b.reentrant {
+			if _, err := b.locker.Obtain(ctx, key, T, WithOwner("o")); !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("WithOwner: got %v, want ErrUnsupported", err)
+			}
+			return
+		}
+		var depth []Lock
+		for range 3 {
+			depth = append(depth, mustObtain(t, b.locker, key, 10*time.Second, WithOwner("alice")))
+		}
+		taken := func(when string) {
+			t.Helper()
+			if _, err := b.locker.Obtain(ctx, key, T, WithOwner("bob")); err != ErrNotAcquired {
+				t.Errorf("%s: another owner got %v, want ErrNotAcquired", when, err)
+			}
+			if _, err := b.locker.Obtain(ctx, key, T); err != ErrNotAcquired {
+				t.Errorf("%s: a plain Obtain got %v, want ErrNotAcquired", when, err)
+			}
+		}
+		taken("at depth 3")
+		mustRelease(t, depth[2])
+		mustRelease(t, depth[1])
+		taken("at depth 1")
+		mustRelease(t, depth[0])
+		mustRelease(t, mustObtain(t, b.locker, key, T, WithOwner("bob")))
+
+		// A plain holder keeps an owner out too.
+		plain := mustObtain(t, b.locker, key, 10*time.Second)
+		if _, err := b.locker.Obtain(ctx, key, T, WithOwner("alice")); err != ErrNotAcquired {
+			t.Errorf("owner against a plain holder: got %v, want ErrNotAcquired", err)
+		}
+		mustRelease(t, plain)
+	})
+
+	t.Run("Fencing", func(t *testing.T) {
+		key := b.newKey(t)
+		if !b.fencing {
+			if _, err := b.locker.Obtain(ctx, key, T, WithFencing()); !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("WithFencing: got %v, want ErrUnsupported", err)
+			}
+			return
+		}
+		var last int64
+		next := func(lk Lock) {
+			t.Helper()
+			if lk.Fence() <= last {
+				t.Fatalf("fence %d after %d: not increasing", lk.Fence(), last)
+			}
+			last = lk.Fence()
+		}
+		for range 3 {
+			lk := mustObtain(t, b.locker, key, 10*time.Second, WithFencing())
+			next(lk)
+			mustRelease(t, lk)
+		}
+		// A holder that lost its lock by expiry is followed by a greater token.
+		lk := mustObtain(t, b.locker, key, T, WithFencing())
+		next(lk)
+		<-lk.Done()
+		time.Sleep(drift(T) + 10*time.Millisecond)
+		lk = mustObtain(t, b.locker, key, 10*time.Second, WithFencing())
+		next(lk)
+		mustRelease(t, lk)
+		// Without WithFencing there is no token, and the counter is left alone.
+		plain := mustObtain(t, b.locker, key, 10*time.Second)
+		if plain.Fence() != 0 {
+			t.Errorf("Fence without WithFencing = %d, want 0", plain.Fence())
+		}
+		mustRelease(t, plain)
+		if !b.reentrant {
+			return
+		}
+		// Entering again hands back the token the owner holds.
+		outer := mustObtain(t, b.locker, key, 10*time.Second, WithOwner("alice"), WithFencing())
+		next(outer)
+		inner := mustObtain(t, b.locker, key, 10*time.Second, WithOwner("alice"), WithFencing())
+		if inner.Fence() != outer.Fence() {
+			t.Errorf("re-entered fence %d, want the outer %d", inner.Fence(), outer.Fence())
+		}
+		mustRelease(t, inner)
+		mustRelease(t, outer)
+	})
+
+	t.Run("WatchdogKeepsAlive", func(t *testing.T) {
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, T, WithWatchdog(0))
+		time.Sleep(3*T + T/2)
+		if !isOpen(a.Done()) {
+			t.Fatalf("watched lock reported lost: %v", context.Cause(a.Context()))
+		}
+		if _, err := b.locker.Obtain(ctx, key, T); err != ErrNotAcquired {
+			t.Fatalf("Obtain of a watched lock after 3.5 ttl: got %v, want ErrNotAcquired", err)
+		}
+		mustRelease(t, a)
+		mustRelease(t, mustObtain(t, b.locker, key, T))
+	})
+
+	t.Run("WatchdogReportsLoss", func(t *testing.T) {
+		// Renewals come every ttl/3. Without them noticing, the holder
+		// would only learn of the loss from its deadline, ttl after the
+		// last renewal: the bound below sits well between the two.
+		ttl := 3 * T
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, ttl, WithWatchdog(0))
+		time.Sleep(ttl / 10)
+		b.steal(t, key)
+		within(t, ttl/3+ttl/5, a.Context().Done(), "Context cancelled after the lock was stolen")
+		if !errors.Is(context.Cause(a.Context()), ErrNotHeld) {
+			t.Errorf("cause = %v, want ErrNotHeld", context.Cause(a.Context()))
+		}
+		if isOpen(a.Done()) {
+			t.Error("Done open after the loss")
+		}
+		if err := a.Release(ctx); err != ErrNotHeld {
+			t.Errorf("Release of a lost lock: got %v, want ErrNotHeld", err)
+		}
+	})
+
+	t.Run("WatchdogMaxHold", func(t *testing.T) {
+		key := b.newKey(t)
+		start := time.Now()
+		a := mustObtain(t, b.locker, key, T, WithWatchdog(2*T))
+		time.Sleep(3 * T / 2)
+		if _, err := b.locker.Obtain(ctx, key, T); err != ErrNotAcquired {
+			t.Fatalf("Obtain before maxHold: got %v, want ErrNotAcquired", err)
+		}
+		within(t, 2*T, a.Done(), "Done after maxHold")
+		if got := time.Since(start); got < 2*T-2*drift(T) {
+			t.Errorf("lock ended after %v, before maxHold %v", got, 2*T)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lk, err := b.locker.Obtain(wctx, key, T, Wait())
+		if err != nil {
+			t.Fatalf("Obtain after maxHold: %v", err)
+		}
+		mustRelease(t, lk)
+		if err := a.Release(ctx); err != ErrNotHeld {
+			t.Errorf("Release after maxHold: got %v, want ErrNotHeld", err)
+		}
+	})
+
+	t.Run("ContextFollowsObtainCtx", func(t *testing.T) {
+		key := b.newKey(t)
+		octx, cancel := context.WithCancel(ctx)
+		a, err := b.locker.Obtain(octx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		within(t, time.Second, a.Context().Done(), "Context after its parent was cancelled")
+		if !isOpen(a.Done()) {
+			t.Error("Done closed by the parent context: the lock is still held")
+		}
+		mustRelease(t, a) // Release runs although its ctx may be done
+	})
+
+	t.Run("ConcurrentHandleUse", func(t *testing.T) {
+		a := mustObtain(t, b.locker, b.newKey(t), 10*time.Second, WithWatchdog(0))
+		var wg sync.WaitGroup
+		var released atomic.Int32
+		for range 8 {
+			wg.Go(func() {
+				_ = a.Extend(ctx, 10*time.Second)
+				_ = a.Context()
+				if err := a.Release(ctx); err == nil {
+					released.Add(1)
+				} else if err != ErrNotHeld {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if released.Load() != 1 {
+			t.Errorf("%d Releases succeeded, want 1", released.Load())
+		}
+	})
+
+	t.Run("Do", func(t *testing.T) {
+		key := b.newKey(t)
+		ran := false
+		err := Do(ctx, b.locker, key, T, func(ctx context.Context) error {
+			ran = true
+			if err := Do(ctx, b.locker, key, T, func(context.Context) error { return nil }); err != ErrNotAcquired {
+				t.Errorf("nested Do: got %v, want ErrNotAcquired", err)
+			}
+			time.Sleep(3 * T / 2) // outlive the ttl: the watchdog renews
+			if _, err := b.locker.Obtain(ctx, key, T); err != ErrNotAcquired {
+				t.Errorf("Obtain during Do: got %v, want ErrNotAcquired", err)
+			}
+			return nil
+		})
+		if err != nil || !ran {
+			t.Fatalf("Do: ran %v, err %v", ran, err)
+		}
+		mustRelease(t, mustObtain(t, b.locker, key, T)) // released by Do
+
+		boom := errors.New("boom")
+		if err := Do(ctx, b.locker, key, T, func(context.Context) error { return boom }); err != boom {
+			t.Errorf("Do returned %v, want fn's error", err)
+		}
+		err = Do(ctx, b.locker, key, 10*time.Second, func(ctx context.Context) error {
+			b.steal(t, key)
+			return nil
+		})
+		if !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Do that lost its lock: got %v, want ErrNotHeld", err)
+		}
+	})
+}
