@@ -69,7 +69,7 @@ func TestRedisErrorsStayApart(t *testing.T) {
 	key := b.newKey(t)
 	lk := mustObtain(t, r, key, 10*time.Second)
 
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	defer down.Close()
 	dead := NewRedis(down)
 	for _, opts := range [][]Option{nil, {WithFencing()}, {Wait()}} {

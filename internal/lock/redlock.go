@@ -24,6 +24,7 @@ import (
 // counter). Waiting polls, since a release is not announced.
 type RedLock struct {
 	rs      *redsync.Redsync
+	n       int // servers
 	maxPoll time.Duration
 }
 
@@ -35,7 +36,7 @@ func NewRedLock(clients []redis.UniversalClient) *RedLock {
 	for i, c := range clients {
 		pools[i] = goredis.NewPool(c)
 	}
-	return &RedLock{rs: redsync.New(pools...), maxPoll: 100 * time.Millisecond}
+	return &RedLock{rs: redsync.New(pools...), n: len(pools), maxPoll: 100 * time.Millisecond}
 }
 
 // Obtain acquires the lock named key for ttl. See Locker.
@@ -50,7 +51,7 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 	case o.fencing:
 		return nil, fmt.Errorf("lock: obtain %q: fencing on RedLock: %w", key, ErrUnsupported)
 	}
-	h := &redlockHolder{rs: rl.rs, name: keysFor(key).lock, token: newToken()}
+	h := &redlockHolder{rs: rl.rs, n: rl.n, name: keysFor(key).lock, token: newToken()}
 	for {
 		m := rl.rs.NewMutex(h.name,
 			redsync.WithExpiry(ttl),
@@ -65,7 +66,7 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if err = sortRedsyncErr(err, ErrNotAcquired); err != ErrNotAcquired {
+		if err = sortRedsyncErr(err, rl.n, ErrNotAcquired); err != ErrNotAcquired {
 			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 		}
 		if !o.wait {
@@ -83,24 +84,39 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 }
 
 // sortRedsyncErr turns redsync's joined per-server errors into one of our
-// outcomes. A majority saying "taken" is notOK; otherwise a server that
-// could not be asked makes it a Redis error, since the majority may have
-// been ours; servers that merely disagree are notOK.
-func sortRedsyncErr(err error, notOK error) error {
-	var taken *redsync.ErrTaken
-	var unreachable *redsync.RedisError
-	switch {
-	case errors.As(err, &taken):
-		return notOK
-	case errors.As(err, &unreachable):
+// outcomes. If so many of the n servers could not be asked that the rest
+// cannot form a majority, the lock service itself is down: that is a Redis
+// error. Otherwise the servers that answered said no (the lock is taken, or
+// the votes split between contenders), which is notOK.
+func sortRedsyncErr(err error, n int, notOK error) error {
+	if n-unreachable(err) < quorum(n) {
 		return err
 	}
 	return notOK
 }
 
+// unreachable counts the servers err says could not be asked. redsync
+// joins its per-server errors one at a time, so the joins nest.
+func unreachable(err error) int {
+	switch err := err.(type) {
+	case *redsync.RedisError:
+		return 1
+	case interface{ Unwrap() []error }:
+		sum := 0
+		for _, e := range err.Unwrap() {
+			sum += unreachable(e)
+		}
+		return sum
+	}
+	return 0
+}
+
+func quorum(n int) int { return n/2 + 1 }
+
 // redlockHolder is one acquisition on RedLock.
 type redlockHolder struct {
 	rs    *redsync.Redsync
+	n     int
 	name  string
 	token string
 }
@@ -117,7 +133,7 @@ func (h *redlockHolder) extend(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, redsync.ErrExtendFailed):
 		return err // a majority renewed, but too slowly to count on
 	}
-	return sortRedsyncErr(err, ErrNotHeld)
+	return sortRedsyncErr(err, h.n, ErrNotHeld)
 }
 
 func (h *redlockHolder) release(ctx context.Context) error {
@@ -126,5 +142,5 @@ func (h *redlockHolder) release(ctx context.Context) error {
 	if ok {
 		return nil
 	}
-	return sortRedsyncErr(err, ErrNotHeld)
+	return sortRedsyncErr(err, h.n, ErrNotHeld)
 }

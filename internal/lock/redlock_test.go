@@ -1,0 +1,106 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redlockBackend returns a RedLock over servers, with clients of its own:
+// two calls make two service instances sharing the same five servers.
+func redlockBackend(t *testing.T, servers []*redisServer) backend {
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		clients[i] = s.client(t)
+	}
+	return backend{
+		locker: NewRedLock(clients),
+		ttl:    500 * time.Millisecond,
+		newKey: func(t *testing.T) string { return testKey(t) }, // servers are thrown away
+		steal: func(t *testing.T, key string) {
+			for _, c := range clients {
+				c.Del(context.Background(), keysFor(key).lock) // dead servers fail; fine
+			}
+		},
+	}
+}
+
+func TestRedLock(t *testing.T) {
+	testConformance(t, redlockBackend(t, startRedisServers(t, 5)))
+}
+
+// TestRedLockQuorum kills servers one by one: with 2 of 5 gone the lock
+// still works and still excludes, with 3 gone it is refused.
+func TestRedLockQuorum(t *testing.T) {
+	ctx := context.Background()
+	servers := startRedisServers(t, 5)
+	instance1 := redlockBackend(t, servers)
+	instance2 := redlockBackend(t, servers)
+	key := testKey(t)
+
+	servers[0].kill()
+	servers[1].kill()
+
+	lk := mustObtain(t, instance1.locker, key, 2*time.Second)
+	if _, err := instance2.locker.Obtain(ctx, key, 2*time.Second); err != ErrNotAcquired {
+		t.Fatalf("second instance with 3 of 5 servers up: got %v, want ErrNotAcquired", err)
+	}
+	if err := lk.Extend(ctx, 2*time.Second); err != nil {
+		t.Fatalf("Extend with 3 of 5 servers up: %v", err)
+	}
+	mustRelease(t, lk)
+
+	// Two instances, 20 goroutines each, on the 3 servers left: never two
+	// holders at once.
+	var inside atomic.Int32
+	var overlapped atomic.Bool
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, l := range []Locker{instance1.locker, instance2.locker} {
+		for range 20 {
+			wg.Go(func() {
+				<-start
+				wctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				lk, err := l.Obtain(wctx, key, 5*time.Second, Wait())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) > 1 {
+					overlapped.Store(true)
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				if err := lk.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if overlapped.Load() {
+		t.Fatal("two holders at once")
+	}
+
+	servers[2].kill()
+	_, err := instance1.locker.Obtain(ctx, key, 2*time.Second)
+	if err == nil {
+		t.Fatal("obtained a lock with 2 of 5 servers up")
+	}
+	// Unreachable servers are a Redis failure, not a lock somebody holds.
+	if errors.Is(err, ErrNotAcquired) {
+		t.Errorf("with 3 of 5 servers down: got ErrNotAcquired, want a Redis error: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := instance1.locker.Obtain(wctx, key, 2*time.Second, Wait()); err == nil {
+		t.Error("Wait obtained a lock with 2 of 5 servers up")
+	}
+}
