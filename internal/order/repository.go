@@ -25,7 +25,7 @@ import (
 func insert(tx *gorm.DB, o *Order) error {
 	if err := tx.Create(o).Error; err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
-			return ErrAlreadyOrdered
+			return duplicate(tx, o)
 		}
 		return fmt.Errorf("insert order: %w", err)
 	}
@@ -37,6 +37,25 @@ func insert(tx *gorm.DB, o *Order) error {
 		return ErrSoldOut
 	}
 	return nil
+}
+
+// errIDTaken means the order ID was already used. IDs are unique while
+// Redis keeps its counters; after a flush the day's sequence starts again
+// and may meet an ID made earlier in the same second. The caller takes a
+// new ID and tries again.
+var errIDTaken = errors.New("order ID already used")
+
+// duplicate tells which unique key an INSERT hit: the user's order for
+// this voucher, or the primary key.
+func duplicate(tx *gorm.DB, o *Order) error {
+	var n int64
+	if err := tx.Model(&Order{}).Where("user_id = ? AND voucher_id = ?", o.UserID, o.VoucherID).Count(&n).Error; err != nil {
+		return fmt.Errorf("check duplicate order: %w", err)
+	}
+	if n > 0 {
+		return ErrAlreadyOrdered
+	}
+	return errIDTaken
 }
 
 // find reads an order.
@@ -84,9 +103,12 @@ func ordered(ctx context.Context, db *gorm.DB, voucherID int64, users []int64) (
 
 // stockLeft reads vouchers.stock.
 func stockLeft(ctx context.Context, db *gorm.DB, voucherID int64) (int64, error) {
-	var n int64
+	var n []int64
 	if err := db.WithContext(ctx).Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
 	}
-	return n, nil
+	if len(n) == 0 {
+		return 0, fmt.Errorf("read stock of voucher %d: no such voucher", voucherID)
+	}
+	return n[0], nil
 }

@@ -29,9 +29,11 @@ type Config struct {
 	// without releasing it. The watchdog renews it while the order is
 	// written, so it need not cover a slow transaction.
 	LockTTL time.Duration
-	// SoldOutMemo is how long an instance remembers that a voucher was
-	// sold out and answers sold_out without asking Redis. Stock given back
-	// in that window waits for the memo to lapse; 0 turns the memo off.
+	// SoldOutMemo is how long an instance remembers that a voucher is
+	// sold out and answers sold_out without asking Redis: the cheapest
+	// answer to the flood that follows a sale. It is remembered only when
+	// no request held a unit that could come back, so what reopens a sale
+	// is rare (a reconciliation after Redis lost data); 0 turns it off.
 	SoldOutMemo time.Duration
 }
 
@@ -112,6 +114,8 @@ func (s *Service) take(ctx context.Context, voucherID, userID int64) error {
 		case stock.SoldOut:
 			s.rememberSoldOut(voucherID)
 			return ErrSoldOut
+		case stock.SoldOutForNow:
+			return ErrSoldOut
 		case stock.AlreadyBought:
 			return ErrAlreadyOrdered
 		}
@@ -146,19 +150,20 @@ func (s *Service) place(ctx context.Context, voucherID, userID int64) (int64, er
 		}
 	}()
 
-	id, err := s.ids.Next(ctx, "order")
-	if err != nil {
-		return 0, err
-	}
-	o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC()}
-
 	// Guard 4: MySQL. The transaction runs under the lock's context: if the
 	// watchdog finds the lock lost, the context is cancelled and the
 	// transaction rolls back instead of committing unprotected.
-	if err := s.db.WithContext(lk.Context()).Transaction(func(tx *gorm.DB) error { return insert(tx, o) }); err != nil {
-		return 0, err
+	for {
+		id, err := s.ids.Next(ctx, "order")
+		if err != nil {
+			return 0, err
+		}
+		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC()}
+		err = s.db.WithContext(lk.Context()).Transaction(func(tx *gorm.DB) error { return insert(tx, o) })
+		if !errors.Is(err, errIDTaken) {
+			return id, err
+		}
 	}
-	return id, nil
 }
 
 // settleFailure gives back the unit a failed request took. What to give

@@ -2,7 +2,10 @@ package order
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"seckill/internal/voucher"
 )
 
 // Sweep returns the stock of requests that died between taking a unit in
@@ -28,6 +31,13 @@ func (s *Service) Sweep(ctx context.Context) error {
 }
 
 func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
+	if _, err := s.vouchers.Find(ctx, voucherID); errors.Is(err, voucher.ErrNotFound) {
+		// Not in this database: its keys belong to another deployment
+		// sharing the Redis database (a mistake, but not ours to sweep).
+		return nil
+	} else if err != nil {
+		return err
+	}
 	users, err := s.stocks.Expired(ctx, voucherID, 500)
 	if err != nil {
 		return err

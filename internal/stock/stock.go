@@ -38,9 +38,12 @@ type Result int
 // Take's results; the values are the script's return codes.
 const (
 	Taken         Result = 0
-	SoldOut       Result = 1
+	SoldOut       Result = 1 // nothing left, and nothing can come back
 	AlreadyBought Result = 2
 	Missing       Result = 3
+	// SoldOutForNow: nothing left, but requests still hold units that
+	// come back if they fail.
+	SoldOutForNow Result = 4
 )
 
 var (

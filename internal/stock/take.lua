@@ -7,7 +7,8 @@
 -- ARGV[1] user ID
 -- ARGV[2] how long the hold lasts, in ms
 --
--- Returns 0 taken, 1 sold out, 2 already bought, 3 stock key missing.
+-- Returns 0 taken, 1 sold out, 2 already bought, 3 stock key missing,
+-- 4 sold out with holds still open (units that may yet come back).
 -- Redis runs a script alone, so no other request can slip in between the
 -- check and the decrement: this is what makes "check stock, then take it"
 -- safe without a lock.
@@ -16,6 +17,9 @@ if not stock then
   return 3
 end
 if tonumber(stock) <= 0 then
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    return 4
+  end
   return 1
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
