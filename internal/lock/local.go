@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -134,6 +133,3 @@ func (h *localHolder) release(_ context.Context) error {
 	}
 	return nil
 }
-
-// String helps when a test prints a backend.
-func (l *Local) String() string { return fmt.Sprintf("lock.Local(%p)", l) }

@@ -62,7 +62,9 @@ type Lock interface {
 
 	// Release gives the lock up. It returns ErrNotHeld if the lock had
 	// already been released or lost. It runs even when ctx is cancelled,
-	// because it is usually deferred past the end of the work's context.
+	// because it is usually deferred past the end of the work's context;
+	// it gives up after 5s. After Release the handle is finished whatever
+	// Redis answered: if the request failed, the lock expires by its ttl.
 	Release(ctx context.Context) error
 }
 
@@ -97,6 +99,8 @@ func Wait() Option {
 // after maxHold has passed since the lock was obtained (0 means no cap):
 // the cap keeps a forgotten or stuck holder from keeping the lock forever.
 // If a renewal finds the lock gone, Done is closed and Context cancelled.
+// Renewal goes on after the ctx given to Obtain ends: only Release, a loss,
+// and maxHold stop it.
 func WithWatchdog(maxHold time.Duration) Option {
 	return func(o *options) { o.watchdog, o.maxHold = true, maxHold }
 }
@@ -106,7 +110,7 @@ func WithWatchdog(maxHold time.Duration) Option {
 // of those acquisitions has been released. Go has no thread identity, so the
 // caller names the owner; it must be unique to the holder (for example an
 // instance ID plus a request ID), since two holders sharing an owner share
-// the lock.
+// the lock. An empty owner means no owner: the lock is not reentrant.
 func WithOwner(owner string) Option {
 	return func(o *options) { o.owner = owner }
 }
@@ -125,25 +129,20 @@ func WithFencing() Option {
 //
 // fn gets the lock's Context. If the lock is lost while fn runs, that
 // context is cancelled; if fn still returns nil, Do returns an error
-// wrapping ErrNotHeld, because the work was not protected to its end.
-func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
+// wrapping ErrNotHeld, because the work was not protected to its end. A
+// Redis error while releasing is not reported: the work is done and was
+// protected, and the lock expires by its ttl.
+func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
 	opts = append([]Option{WithWatchdog(0)}, opts...)
 	lk, err := l.Obtain(ctx, key, ttl, opts...)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		rerr := lk.Release(ctx)
-		switch {
-		case err != nil:
-			// fn's error says more than the release's.
-		case errors.Is(rerr, ErrNotHeld):
-			err = fmt.Errorf("lock: %q was lost before the work finished: %w", key, rerr)
-		default:
-			err = rerr
-		}
-	}()
-	return fn(lk.Context())
+	err = fn(lk.Context())
+	if rerr := lk.Release(ctx); err == nil && errors.Is(rerr, ErrNotHeld) {
+		return fmt.Errorf("lock: %q was lost before the work finished: %w", key, rerr)
+	}
+	return err
 }
 
 // newToken returns the random value that marks the holder of a lock. It
@@ -163,9 +162,12 @@ func drift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 
+// minTTL keeps the ttl well above drift's 2ms and Redis' 1ms precision.
+const minTTL = 10 * time.Millisecond
+
 func checkTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return fmt.Errorf("lock: ttl must be at least 1ms, got %v", ttl)
+	if ttl < minTTL {
+		return fmt.Errorf("lock: ttl must be at least %v, got %v", minTTL, ttl)
 	}
 	return nil
 }

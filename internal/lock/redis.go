@@ -35,8 +35,7 @@ func (r *Redis) Obtain(ctx context.Context, key string, ttl time.Duration, opts 
 		return nil, err
 	}
 	o := collect(opts)
-	rh := &redisHolder{rdb: r.rdb, keys: keysFor(key), reentrant: o.owner != ""}
-	rh.token = o.owner
+	rh := &redisHolder{rdb: r.rdb, keys: keysFor(key), token: o.owner, reentrant: o.owner != ""}
 	if !rh.reentrant {
 		rh.token = newToken()
 	}
@@ -113,7 +112,9 @@ func pollDelay(holderTTL, maxPoll time.Duration) time.Duration {
 // Once takes a one-shot lock: it succeeds if key is free and returns
 // ErrNotAcquired if not. The lock is never renewed nor released: it
 // expires after ttl. This guards against duplicate submissions: the first
-// request within ttl goes through, repeats fail at once.
+// request within ttl goes through, repeats fail at once. Once and Obtain
+// share their keys, so a one-shot lock and a lock of the same name exclude
+// each other.
 func (r *Redis) Once(ctx context.Context, key string, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
