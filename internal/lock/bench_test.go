@@ -72,9 +72,10 @@ func BenchmarkObtainRelease(b *testing.B) {
 }
 
 // BenchmarkInterleaved runs the hand-rolled lock, this package's lock and
-// redsync in turn within each iteration, and reports each one's time per
-// obtain+release and the ratios. On a shared, noisy machine a burst of load
-// then slows all three alike instead of whichever ran at that moment.
+// redsync in turn within each iteration, in a rotating order, and reports
+// each one's time per obtain+release and the ratios. On a shared, noisy
+// machine a burst of load then slows all three alike instead of whichever
+// ran at that moment.
 func BenchmarkInterleaved(b *testing.B) {
 	ctx := context.Background()
 	rdb := testRedis(b)
@@ -85,39 +86,48 @@ func BenchmarkInterleaved(b *testing.B) {
 	lockKey := testKey(b, rdb)
 	redsyncName := keysFor(testKey(b, rdb)).lock
 
-	var raw, lock, rsync time.Duration
+	contenders := []func(){
+		func() {
+			token := newToken()
+			if ok, err := rdb.SetNX(ctx, rawName, token, ttl).Result(); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if n, err := rawRelease.Run(ctx, rdb, []string{rawName}, token).Int(); n != 1 || err != nil {
+				b.Fatal(n, err)
+			}
+		},
+		func() {
+			lk, err := r.Obtain(ctx, lockKey, ttl)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lk.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		},
+		func() {
+			m := rs.NewMutex(redsyncName, redsync.WithExpiry(ttl), redsync.WithTries(1))
+			if err := m.TryLockContext(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if ok, err := m.UnlockContext(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		},
+	}
+	var spent [3]time.Duration // raw, lock, redsync
+	i := 0
 	for b.Loop() {
-		start := time.Now()
-		token := newToken()
-		if ok, err := rdb.SetNX(ctx, rawName, token, ttl).Result(); !ok || err != nil {
-			b.Fatal(ok, err)
+		for j := range contenders {
+			c := (i + j) % len(contenders)
+			start := time.Now()
+			contenders[c]()
+			spent[c] += time.Since(start)
 		}
-		if n, err := rawRelease.Run(ctx, rdb, []string{rawName}, token).Int(); n != 1 || err != nil {
-			b.Fatal(n, err)
-		}
-		raw += time.Since(start)
-
-		start = time.Now()
-		lk, err := r.Obtain(ctx, lockKey, ttl)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lk.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		lock += time.Since(start)
-
-		start = time.Now()
-		m := rs.NewMutex(redsyncName, redsync.WithExpiry(ttl), redsync.WithTries(1))
-		if err := m.TryLockContext(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if ok, err := m.UnlockContext(ctx); !ok || err != nil {
-			b.Fatal(ok, err)
-		}
-		rsync += time.Since(start)
+		i++
 	}
 	n := float64(b.N)
+	raw, lock, rsync := spent[0], spent[1], spent[2]
 	b.ReportMetric(float64(raw.Nanoseconds())/n, "raw-ns/op")
 	b.ReportMetric(float64(lock.Nanoseconds())/n, "lock-ns/op")
 	b.ReportMetric(float64(rsync.Nanoseconds())/n, "redsync-ns/op")
