@@ -1,0 +1,72 @@
+package main
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEmbeddedDemo is what a newcomer with only Go does: start the server
+// with nothing configured but the address, and buy a voucher. It needs no
+// MySQL and no Redis, so it is never skipped.
+func TestEmbeddedDemo(t *testing.T) {
+	in := start(t, map[string]string{"HTTP_ADDR": freeAddr(t)})
+	base := in.Base
+
+	if !strings.Contains(in.log.String(), "EMBEDDED") {
+		t.Errorf("embedded mode does not say so loudly in its log:\n%s", in.log.String())
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if r := mustCall(t, "GET", base+path, "", nil); r.Status != http.StatusOK {
+			t.Errorf("%s: %d %s", path, r.Status, r.Raw)
+		}
+	}
+
+	// 13800000000 is the demo's admin; dev codes are on by default.
+	admin, _ := mustLogin(t, base, "13800000000")
+	v := openVoucher(t, base, admin, 5)
+	user, userID := mustLogin(t, base, "13912345678")
+
+	r := mustCall(t, "POST", base+"/seckill/"+v, user, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("seckill: %d %s", r.Status, r.Raw)
+	}
+	orderID := r.Str("order_id")
+	if _, err := strconv.ParseInt(orderID, 10, 64); err != nil {
+		t.Fatalf("order_id %q is not a string of digits: %s", orderID, r.Raw)
+	}
+
+	r = mustCall(t, "POST", base+"/seckill/"+v, user, nil)
+	if r.Status != http.StatusConflict || r.Code() != "already_ordered" {
+		t.Errorf("second seckill: %d %s, want 409 already_ordered", r.Status, r.Raw)
+	}
+
+	r = mustCall(t, "GET", base+"/orders/"+orderID, user, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET order: %d %s", r.Status, r.Raw)
+	}
+	if r.Str("id") != orderID || r.Str("user_id") != userID || r.Str("voucher_id") != v || r.Str("status") != "created" {
+		t.Errorf("order: %s", r.Raw)
+	}
+	if _, err := time.Parse(time.RFC3339, r.Str("created_at")); err != nil {
+		t.Errorf("created_at %q is not RFC 3339", r.Str("created_at"))
+	}
+
+	r = mustCall(t, "GET", base+"/vouchers/"+v, "", nil)
+	if r.Status != http.StatusOK || r.Body["stock"] != 4.0 {
+		t.Errorf("voucher after one order: %d %s, want stock 4", r.Status, r.Raw)
+	}
+
+	// The demo voucher seeded at start is on sale too.
+	r = mustCall(t, "GET", base+"/vouchers/1", "", nil)
+	if r.Status != http.StatusOK || r.Body["stock"] != 100.0 {
+		t.Errorf("seeded demo voucher: %d %s", r.Status, r.Raw)
+	}
+
+	// Stopping is clean.
+	if err := in.Stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}

@@ -1,0 +1,297 @@
+package auth_test
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+
+	"seckill/internal/auth"
+)
+
+var (
+	testKey = []byte("token-test-key-0123456789abcdef")
+	// A fixed clock: tokens are issued and verified at this instant
+	// unless a test says otherwise.
+	issuedAt = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+)
+
+const ttl = 2 * time.Hour
+
+func tokensAt(key []byte, now time.Time) *auth.Tokens {
+	return auth.NewTokens(key, ttl, func() time.Time { return now })
+}
+
+// mint signs claims with method and key, as a forger with a JWT library
+// would.
+func mint(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+	if err != nil {
+		t.Fatalf("mint %s token: %v", method.Alg(), err)
+	}
+	return s
+}
+
+// claimsFor are well-formed claims for user 42 with role, valid at issuedAt.
+func claimsFor(role string) jwt.MapClaims {
+	return jwt.MapClaims{
+		"sub":  "42",
+		"role": role,
+		"iat":  issuedAt.Unix(),
+		"exp":  issuedAt.Add(time.Hour).Unix(),
+	}
+}
+
+func without(c jwt.MapClaims, name string) jwt.MapClaims {
+	out := jwt.MapClaims{}
+	for k, v := range c {
+		if k != name {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func with(c jwt.MapClaims, name string, v any) jwt.MapClaims {
+	out := without(c, name)
+	out[name] = v
+	return out
+}
+
+// hmacWithHeader builds a token by hand: any header, HMAC-SHA256 with key.
+// It is how the classic algorithm-confusion forgery is made (an RS256
+// header over an HMAC keyed with what the server holds), which no JWT
+// library will produce.
+func hmacWithHeader(t *testing.T, header map[string]any, claims jwt.MapClaims, key []byte) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	signing := enc(header) + "." + enc(claims)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(signing))
+	return signing + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func TestIssueVerifyRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		id   auth.Identity
+	}{
+		{"user", auth.Identity{UserID: 42, Role: auth.RoleUser}},
+		{"admin", auth.Identity{UserID: 1, Role: auth.RoleAdmin}},
+		{"63-bit user ID", auth.Identity{UserID: 1<<63 - 1, Role: auth.RoleUser}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tokens := tokensAt(testKey, issuedAt)
+			token, err := tokens.Issue(tt.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tokens.Verify(token)
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			if got != tt.id {
+				t.Errorf("Verify = %+v, want %+v", got, tt.id)
+			}
+			// Another Tokens with the same key (another instance) agrees,
+			// up to the last second of the token's life.
+			if got, err := tokensAt(testKey, issuedAt.Add(ttl-time.Second)).Verify(token); err != nil || got != tt.id {
+				t.Errorf("Verify on another instance just before expiry = %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestIssuedTokenShape checks what the contract says a token is: HS256,
+// sub the user ID as a string, role, exp two hours on by default.
+func TestIssuedTokenShape(t *testing.T) {
+	token, err := tokensAt(testKey, issuedAt).Issue(auth.Identity{UserID: 271846193284534273, Role: auth.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c jwt.MapClaims
+	parsed, err := jwt.NewParser(jwt.WithTimeFunc(func() time.Time { return issuedAt })).ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return testKey, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alg := parsed.Header["alg"]; alg != "HS256" {
+		t.Errorf("alg = %v, want HS256", alg)
+	}
+	if c["sub"] != "271846193284534273" {
+		t.Errorf("sub = %#v, want the user ID as a decimal string", c["sub"])
+	}
+	if c["role"] != "admin" {
+		t.Errorf("role = %#v, want admin", c["role"])
+	}
+	exp, err := c.GetExpirationTime()
+	if err != nil || exp == nil || !exp.Equal(issuedAt.Add(ttl)) {
+		t.Errorf("exp = %v (%v), want %s", exp, err, issuedAt.Add(ttl))
+	}
+}
+
+func TestVerifyRejects(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := mint(t, jwt.SigningMethodHS256, testKey, claimsFor("user"))
+	parts := strings.Split(good, ".")
+	// The payload of an admin token under the signature of a user token.
+	adminPayload := strings.Split(mint(t, jwt.SigningMethodHS256, testKey, claimsFor("admin")), ".")[1]
+	issuedEarlier, err := tokensAt(testKey, issuedAt.Add(-ttl-time.Second)).Issue(auth.Identity{UserID: 42, Role: auth.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name  string
+		token string
+	}{
+		{"alg none", mint(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claimsFor("admin"))},
+		{"alg none with the signature stripped", parts[0] + "." + parts[1] + "."},
+		{"signed with another key", mint(t, jwt.SigningMethodHS256, []byte("another-key-0123456789abcdef0000"), claimsFor("user"))},
+		{"HS384 with the same key", mint(t, jwt.SigningMethodHS384, testKey, claimsFor("user"))},
+		{"HS512 with the same key", mint(t, jwt.SigningMethodHS512, testKey, claimsFor("user"))},
+		{"RS256", mint(t, jwt.SigningMethodRS256, rsaKey, claimsFor("admin"))},
+		{"RS256 header over an HMAC with the key", hmacWithHeader(t, map[string]any{"alg": "RS256", "typ": "JWT"}, claimsFor("admin"), testKey)},
+		{"payload swapped under a valid signature", parts[0] + "." + adminPayload + "." + parts[2]},
+		{"signature of another token", parts[0] + "." + parts[1] + "." + strings.Split(mint(t, jwt.SigningMethodHS256, testKey, claimsFor("admin")), ".")[2]},
+		{"expired", issuedEarlier},
+		{"expired a second ago", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "exp", issuedAt.Add(-time.Second).Unix()))},
+		{"missing exp", mint(t, jwt.SigningMethodHS256, testKey, without(claimsFor("user"), "exp"))},
+		{"exp not a number", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "exp", "tomorrow"))},
+		{"not valid yet", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "nbf", issuedAt.Add(time.Minute).Unix()))},
+		{"missing sub", mint(t, jwt.SigningMethodHS256, testKey, without(claimsFor("user"), "sub"))},
+		{"non-numeric sub", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "sub", "alice"))},
+		{"sub zero", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "sub", "0"))},
+		{"negative sub", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "sub", "-42"))},
+		{"sub beyond 63 bits", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "sub", "9223372036854775808"))},
+		{"sub as a JSON number", mint(t, jwt.SigningMethodHS256, testKey, with(claimsFor("user"), "sub", 42))},
+		{"missing role", mint(t, jwt.SigningMethodHS256, testKey, without(claimsFor("user"), "role"))},
+		{"empty role", mint(t, jwt.SigningMethodHS256, testKey, claimsFor(""))},
+		{"unknown role", mint(t, jwt.SigningMethodHS256, testKey, claimsFor("root"))},
+		{"role in another case", mint(t, jwt.SigningMethodHS256, testKey, claimsFor("Admin"))},
+		{"garbage", "not-a-token"},
+		{"three garbage parts", "a.b.c"},
+		{"bearer prefix left in", "Bearer " + good},
+		{"empty", ""},
+	}
+	tokens := tokensAt(testKey, issuedAt)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := tokens.Verify(tt.token)
+			if !errors.Is(err, auth.ErrBadToken) {
+				t.Errorf("Verify = %+v, %v; want ErrBadToken", id, err)
+			}
+			if id != (auth.Identity{}) {
+				t.Errorf("Verify returned identity %+v with its error", id)
+			}
+		})
+	}
+
+	// The control: the same construction with the right key, algorithm
+	// and claims is accepted, so the cases above fail for their reason.
+	t.Run("control", func(t *testing.T) {
+		want := auth.Identity{UserID: 42, Role: auth.RoleUser}
+		if id, err := tokens.Verify(good); err != nil || id != want {
+			t.Errorf("Verify(good) = %+v, %v; want %+v", id, err, want)
+		}
+		if id, err := tokens.Verify(hmacWithHeader(t, map[string]any{"alg": "HS256", "typ": "JWT"}, claimsFor("user"), testKey)); err != nil || id != want {
+			t.Errorf("Verify(hand-made HS256) = %+v, %v; want %+v", id, err, want)
+		}
+	})
+}
+
+// TestBadTokenMessage checks that the error a client sees does not say
+// which check failed.
+func TestBadTokenMessage(t *testing.T) {
+	_, expired := tokensAt(testKey, issuedAt.Add(3*ttl)).Verify(mint(t, jwt.SigningMethodHS256, testKey, claimsFor("user")))
+	_, forged := tokensAt(testKey, issuedAt).Verify(mint(t, jwt.SigningMethodHS512, testKey, claimsFor("user")))
+	if expired == nil || forged == nil || expired.Error() != forged.Error() {
+		t.Errorf("expired token: %v; forged token: %v; want the same error", expired, forged)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	tokens := tokensAt(testKey, issuedAt)
+	good, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func(c *gin.Context, err error) {
+		status := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, auth.ErrBadToken):
+			status = http.StatusUnauthorized
+		case errors.Is(err, auth.ErrForbidden):
+			status = http.StatusForbidden
+		}
+		c.AbortWithStatus(status)
+	}
+	r := gin.New()
+	r.GET("/me", tokens.Authenticate(fail), func(c *gin.Context) {
+		id := auth.From(c)
+		c.String(http.StatusOK, "%d %s", id.UserID, id.Role)
+	})
+	r.GET("/admin", tokens.Authenticate(fail), auth.RequireAdmin(fail), func(c *gin.Context) { c.Status(http.StatusNoContent) })
+
+	tests := []struct {
+		name   string
+		path   string
+		header string // Authorization; "-" for none
+		status int
+		body   string
+	}{
+		{"valid", "/me", "Bearer " + good, http.StatusOK, "42 user"},
+		{"no header", "/me", "-", http.StatusUnauthorized, ""},
+		{"empty header", "/me", "", http.StatusUnauthorized, ""},
+		{"bearer without token", "/me", "Bearer ", http.StatusUnauthorized, ""},
+		{"bearer garbage", "/me", "Bearer garbage", http.StatusUnauthorized, ""},
+		{"token without scheme", "/me", good, http.StatusUnauthorized, ""},
+		{"basic scheme", "/me", "Basic dXNlcjpwYXNz", http.StatusUnauthorized, ""},
+		{"two spaces", "/me", "Bearer  " + good, http.StatusUnauthorized, ""},
+		{"user on an admin route", "/admin", "Bearer " + good, http.StatusForbidden, ""},
+		{"admin on an admin route", "/admin", "Bearer " + admin, http.StatusNoContent, ""},
+		{"nobody on an admin route", "/admin", "-", http.StatusUnauthorized, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			if tt.header != "-" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			rec := httptest.NewRecorder()
+			r.ServeHTTP(rec, req)
+			if rec.Code != tt.status {
+				t.Errorf("status %d, want %d", rec.Code, tt.status)
+			}
+			if tt.body != "" && rec.Body.String() != tt.body {
+				t.Errorf("body %q, want %q", rec.Body.String(), tt.body)
+			}
+		})
+	}
+}
