@@ -3,7 +3,7 @@
 //
 // Each file runs once per database; the versions applied are recorded in
 // schema_migrations. On MySQL, several instances starting at once take the
-// named lock GET_LOCK('seckill.migrate') first, so exactly one applies and
+// named lock GET_LOCK('seckill.migrate.<database>') first, so exactly one applies and
 // the others find the work done. Files hold plain statements separated by
 // a semicolon at the end of a line.
 package migrations
@@ -49,14 +49,19 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
 	}
 	defer conn.Close()
 	if dialect == MySQL {
+		// Named locks are server-wide: the database's name in the lock's
+		// keeps deployments sharing a server from waiting on each other.
 		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('seckill.migrate', 60)").Scan(&got); err != nil {
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('seckill.migrate.', DATABASE()), 60)").Scan(&got); err != nil {
 			return fmt.Errorf("migrations: take lock: %w", err)
 		}
-		if got.Int64 != 1 {
+		switch {
+		case !got.Valid:
+			return fmt.Errorf("migrations: GET_LOCK failed")
+		case got.Int64 != 1:
 			return fmt.Errorf("migrations: another instance held the migration lock for 60s")
 		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('seckill.migrate')")
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(CONCAT('seckill.migrate.', DATABASE()))")
 	}
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INT         NOT NULL PRIMARY KEY,

@@ -25,6 +25,7 @@ import (
 
 	"seckill/internal/idworker"
 	"seckill/internal/lock"
+	"seckill/internal/order"
 	"seckill/internal/testenv"
 )
 
@@ -490,10 +491,12 @@ func TestAPIErrorCodes(t *testing.T) {
 	t.Run("busy", func(t *testing.T) {
 		v := openVoucher(t, base, s.AdminToken, 5)
 		tok, uid := mustLogin(t, base, apiPhone())
-		// Hold the user's lock as another request of theirs would. The
-		// name is order.userLockKey's; the Redis key under it is the lock
-		// package's business, so the lock package takes it.
-		lk, err := lock.NewRedis(testenv.Redis(t, s.RedisDB)).Obtain(context.Background(), "lock:order:"+v+":"+uid, 30*time.Second)
+		// Hold the user's lock as another request of theirs would; the
+		// Redis key under the name is the lock package's business, so the
+		// lock package takes it.
+		vid, _ := strconv.ParseInt(v, 10, 64)
+		userID, _ := strconv.ParseInt(uid, 10, 64)
+		lk, err := lock.NewRedis(testenv.Redis(t, s.RedisDB)).Obtain(context.Background(), order.UserLockKey(vid, userID), 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

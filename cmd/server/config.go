@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +33,9 @@ type config struct {
 	SweepEvery    time.Duration
 	ShutdownGrace time.Duration
 	StartupWait   time.Duration
+	Consumer      string        // async mode: this instance's consumer name
+	ClaimIdle     time.Duration // async mode: idle time before another consumer's entries are claimed
+	Batch         int           // async mode: entries written per transaction
 }
 
 // embedded reports whether to run the single-instance demo: no MySQL and
@@ -76,6 +81,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.SweepEvery = durVar("SWEEP_EVERY", 5*time.Second)
 	c.ShutdownGrace = durVar("SHUTDOWN_GRACE", 20*time.Second)
 	c.StartupWait = durVar("STARTUP_WAIT", 30*time.Second)
+	c.ClaimIdle = durVar("CLAIM_IDLE", 5*time.Second)
+	c.Batch = intVar("ASYNC_BATCH", 500, 1, 10000)
+	c.Consumer = env("CONSUMER_NAME", defaultConsumer(c.HTTPAddr))
 
 	switch {
 	case c.embedded():
@@ -137,6 +145,15 @@ func normaliseDSN(dsn string) (string, error) {
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
 	return cfg.FormatDSN(), nil
+}
+
+// defaultConsumer names this instance's stream consumer after the host and
+// the port it listens on: stable when the same instance restarts (so it
+// finds its unacknowledged entries again), distinct between instances.
+func defaultConsumer(httpAddr string) string {
+	host, _ := os.Hostname()
+	_, port, _ := net.SplitHostPort(httpAddr)
+	return host + ":" + port
 }
 
 func splitList(s string) []string {

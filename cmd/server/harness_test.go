@@ -33,11 +33,17 @@ type stack struct {
 	RedisDB int
 }
 
-// newStack makes a fresh database; redisDB is the logical Redis database
-// (0 unless the test flushes it).
+// newStack makes a fresh database. redisDB is the logical Redis database:
+// 0 is shared by every test; any other number belongs to one test alone
+// and is flushed first (async tests need one: the orders stream is one
+// per Redis database).
 func newStack(t *testing.T, redisDB int) stack {
 	t.Helper()
-	testenv.RedisAddr(t)
+	if redisDB != 0 {
+		if err := testenv.Redis(t, redisDB).FlushDB(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return stack{DSN: testenv.MySQLDSN(t), RedisDB: redisDB}
 }
 

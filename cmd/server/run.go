@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -64,15 +65,27 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded())
 
 	// Background work runs under its own context, stopped only after the
-	// last request has finished: a request may still need it.
+	// last request has finished: a request may still need it. The
+	// persister then gets a drain context of its own, to write what the
+	// last requests accepted.
 	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	drainCtx, stopDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDrain()
 	var bg sync.WaitGroup
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
+	if app.persister != nil {
+		bg.Go(func() { app.persister.Run(bgCtx, drainCtx) })
+	}
+	stopBackground := func() {
+		stopBg()
+		timer := time.AfterFunc(cfg.ShutdownGrace, stopDrain)
+		defer timer.Stop()
+		bg.Wait()
+	}
 
 	select {
 	case err := <-serveErr:
-		stopBg()
-		bg.Wait()
+		stopBackground()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -80,8 +93,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(shutCtx)
-	stopBg()
-	bg.Wait()
+	stopBackground()
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -121,14 +133,21 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		}
 		st.closers = append(st.closers, mr.Close)
 		st.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		db, err := gorm.Open(sqlite.Open("file:seckill-demo?mode=memory&cache=shared&_pragma=busy_timeout(5000)"), gcfg)
+		// A name of its own: two demos in one process must not share it.
+		name := fmt.Sprintf("seckill-demo-%d-%d", os.Getpid(), time.Now().UnixNano())
+		db, err := gorm.Open(sqlite.Open("file:"+name+"?mode=memory&cache=shared&_pragma=busy_timeout(5000)"), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open embedded sqlite: %w", err)
 		}
 		st.db = db
 		dialect = migrations.SQLite
 	} else {
-		st.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: cfg.RedisPoolSize})
+		st.rdb = redis.NewClient(&redis.Options{
+			Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: cfg.RedisPoolSize,
+			// Fail fast when Redis is down: a request answers 503 in about
+			// a second instead of piling up behind redials.
+			DialTimeout: time.Second, MaxRetries: 1,
+		})
 		db, err := gorm.Open(mysql.Open(cfg.MySQLDSN), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open mysql: %w", err)
@@ -200,10 +219,11 @@ func (st *stores) ping(ctx context.Context) error {
 
 // app is the wired service.
 type app struct {
-	router   *gin.Engine
-	vouchers *voucher.Service
-	orders   *order.Service
-	auth     *auth.Service
+	router    *gin.Engine
+	vouchers  *voucher.Service
+	orders    *order.Service
+	persister *order.Persister // async mode only
+	auth      *auth.Service
 }
 
 func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
@@ -228,7 +248,8 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	vouchers := voucher.NewService(st.db, stocks, native, now, log)
 	ocfg := order.DefaultConfig
 	ocfg.WriteTimeout = cfg.WriteTimeout()
-	orders := order.NewService(st.db, vouchers, stocks, locks, ids, now, log, ocfg)
+	ocfg.Async = cfg.Mode == "async"
+	orders := order.NewService(st.db, st.rdb, vouchers, stocks, locks, ids, now, log, ocfg)
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -250,8 +271,14 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	})
 	auth.NewHandler(authSvc, cfg.DevCodes, log).Register(r)
 	voucher.NewHandler(vouchers, log).Register(r, authn, auth.RequireAdmin(fail))
-	order.NewHandler(orders, log).Register(r, authn)
-	return &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc}, nil
+	order.NewHandler(orders, log).Register(r, authn, auth.RequireAdmin(fail))
+	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc}
+	if ocfg.Async {
+		qcfg := order.DefaultQueueConfig
+		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch = cfg.Consumer, cfg.ClaimIdle, cfg.Batch
+		a.persister = order.NewPersister(orders, qcfg, log)
+	}
+	return a, nil
 }
 
 // seedDemo creates a voucher on sale for a day, so the demo has something

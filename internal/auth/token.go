@@ -12,6 +12,7 @@ package auth
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -113,8 +114,8 @@ const identityKey = "auth.identity"
 func (t *Tokens) Authenticate(fail func(*gin.Context, error)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		h := c.GetHeader("Authorization")
-		const prefix = "Bearer "
-		if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
+		const prefix = "Bearer " // the scheme is case-insensitive (RFC 9110)
+		if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 			fail(c, ErrBadToken)
 			return
 		}

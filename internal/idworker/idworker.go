@@ -86,6 +86,23 @@ func (w *Worker) NextN(ctx context.Context, prefix string, n int) ([]int64, erro
 	return ids, nil
 }
 
+// Compose makes the ID for sequence seq at time t, checking both ranges:
+// for callers that take the sequence themselves (a Lua script that
+// allocates it in the same step as the order, as async mode does).
+func Compose(t time.Time, seq int64) (int64, error) {
+	secs := t.Unix() - Epoch.Unix()
+	if secs < 0 || secs > maxSeconds {
+		return 0, fmt.Errorf("idworker: time %s is outside the 31-bit range from %s", t.UTC().Format(time.RFC3339), Epoch.Format(time.RFC3339))
+	}
+	if seq < 0 || seq > maxSequence {
+		return 0, fmt.Errorf("%w (sequence %d)", ErrSequenceExhausted, seq)
+	}
+	return secs<<sequenceBits | seq, nil
+}
+
+// MaxSequence is the largest sequence number of a day.
+const MaxSequence = maxSequence
+
 // Parts splits id into the time it was made (to the second) and its
 // sequence number.
 func Parts(id int64) (time.Time, int64) {

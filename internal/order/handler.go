@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"seckill/internal/apperr"
 	"seckill/internal/auth"
 	"seckill/internal/web"
 )
@@ -20,10 +21,21 @@ type Handler struct {
 // NewHandler returns a Handler.
 func NewHandler(svc *Service, log *slog.Logger) *Handler { return &Handler{svc: svc, log: log} }
 
-// Register adds the routes, behind authn (which must set auth.From).
-func (h *Handler) Register(r gin.IRouter, authn gin.HandlerFunc) {
+// Register adds the routes, behind authn (which must set auth.From);
+// admin guards the ones only admins may call.
+func (h *Handler) Register(r gin.IRouter, authn, admin gin.HandlerFunc) {
 	r.POST("/seckill/:voucherId", authn, h.seckill)
 	r.GET("/orders/:id", authn, h.get)
+	r.GET("/admin/queue", authn, admin, h.queue)
+}
+
+func (h *Handler) queue(c *gin.Context) {
+	st, err := h.svc.QueueStats(c.Request.Context())
+	if err != nil {
+		web.Error(c, h.log, apperr.Down(err))
+		return
+	}
+	web.JSON(c, http.StatusOK, st)
 }
 
 func (h *Handler) seckill(c *gin.Context) {

@@ -42,6 +42,7 @@ func (Order) TableName() string { return "voucher_orders" }
 const (
 	StatusPending = "pending" // accepted in Redis, not yet in MySQL (async mode)
 	StatusCreated = "created"
+	StatusFailed  = "failed" // accepted, but MySQL refused it (see the dead letters)
 )
 
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"gorm.io/gorm"
 )
@@ -75,16 +76,36 @@ func find(ctx context.Context, db *gorm.DB, id int64) (*Order, error) {
 // both SELECTs run in one REPEATABLE READ transaction, so they see the same
 // snapshot and agree with each other.
 func snapshot(ctx context.Context, db *gorm.DB, voucherID int64) (stock int64, buyers []int64, err error) {
+	stock, buyers, _, err = snapshotWith(ctx, db, voucherID, nil)
+	return stock, buyers, err
+}
+
+// snapshotWith is snapshot, also telling which of orderIDs exist in the
+// same snapshot.
+func snapshotWith(ctx context.Context, db *gorm.DB, voucherID int64, orderIDs []int64) (stock int64, buyers []int64, exist map[int64]bool, err error) {
+	exist = map[int64]bool{}
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&stock).Error; err != nil {
 			return err
 		}
-		return tx.Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ?", voucherID).Scan(&buyers).Error
+		if err := tx.Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ?", voucherID).Scan(&buyers).Error; err != nil {
+			return err
+		}
+		for ids := range slices.Chunk(orderIDs, 1000) {
+			var found []int64
+			if err := tx.Raw("SELECT id FROM voucher_orders WHERE id IN ?", ids).Scan(&found).Error; err != nil {
+				return err
+			}
+			for _, id := range found {
+				exist[id] = true
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("snapshot voucher %d: %w", voucherID, err)
+		return 0, nil, nil, fmt.Errorf("snapshot voucher %d: %w", voucherID, err)
 	}
-	return stock, buyers, nil
+	return stock, buyers, exist, nil
 }
 
 // ordered returns which of users hold an order of voucher.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"seckill/internal/apperr"
@@ -35,6 +36,9 @@ type Config struct {
 	// no request held a unit that could come back, so what reopens a sale
 	// is rare (a reconciliation after Redis lost data); 0 turns it off.
 	SoldOutMemo time.Duration
+	// Async accepts orders in Redis and leaves writing them to a
+	// Persister (async.go); otherwise the row is written in the request.
+	Async bool
 }
 
 // DefaultConfig suits a stock hold of 15s.
@@ -43,6 +47,7 @@ var DefaultConfig = Config{WriteTimeout: 5 * time.Second, LockTTL: 10 * time.Sec
 // Service sells vouchers. It is safe for concurrent use.
 type Service struct {
 	db       *gorm.DB
+	rdb      redis.UniversalClient
 	vouchers *voucher.Service
 	stocks   *stock.Store
 	locks    lock.Locker
@@ -55,8 +60,8 @@ type Service struct {
 }
 
 // NewService returns a Service.
-func NewService(db *gorm.DB, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
-	return &Service{db: db, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg}
+func NewService(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
+	return &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg}
 }
 
 // Seckill takes one unit of voucherID for userID and returns the new
@@ -72,6 +77,9 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	}
 	if s.knownSoldOut(voucherID) {
 		return 0, ErrSoldOut
+	}
+	if s.cfg.Async {
+		return s.accept(ctx, voucherID, userID)
 	}
 
 	// Guard 2: take a unit in Redis, atomically with the stock and
@@ -137,7 +145,7 @@ func (s *Service) place(ctx context.Context, voucherID, userID int64) (int64, er
 	// Guard 3: the per-user lock. Taken after the stock script so that the
 	// rejected majority never pays for it. Try once: a second request of
 	// the same user is told to come back, not queued.
-	lk, err := s.locks.Obtain(ctx, userLockKey(voucherID, userID), s.cfg.LockTTL, lock.WithWatchdog(s.cfg.WriteTimeout))
+	lk, err := s.locks.Obtain(ctx, UserLockKey(voucherID, userID), s.cfg.LockTTL, lock.WithWatchdog(s.cfg.WriteTimeout))
 	if errors.Is(err, lock.ErrNotAcquired) {
 		return 0, ErrBusy
 	}
@@ -198,7 +206,7 @@ func (s *Service) settleFailure(ctx context.Context, voucherID, userID int64, ca
 func (s *Service) reload(ctx context.Context, voucherID int64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	lk, err := s.locks.Obtain(ctx, "lock:stock-reload:"+strconv.FormatInt(voucherID, 10), s.cfg.LockTTL, lock.Wait())
+	lk, err := s.locks.Obtain(ctx, "stock-reload:"+strconv.FormatInt(voucherID, 10), s.cfg.LockTTL, lock.Wait())
 	if err != nil {
 		return apperr.Down(fmt.Errorf("lock reload of voucher %d: %w", voucherID, err))
 	}
@@ -206,7 +214,11 @@ func (s *Service) reload(ctx context.Context, voucherID int64) error {
 	if _, ok, err := s.stocks.Left(ctx, voucherID); err != nil || ok {
 		return apperr.Down(err) // nil if another request reloaded it
 	}
-	left, buyers, err := snapshot(ctx, s.db, voucherID)
+	read := snapshot
+	if s.cfg.Async {
+		read = s.queued // orders accepted but not yet written hold units too
+	}
+	left, buyers, err := read(ctx, s.db, voucherID)
 	if err != nil {
 		return apperr.Down(err)
 	}
@@ -217,11 +229,11 @@ func (s *Service) reload(ctx context.Context, voucherID int64) error {
 	return nil
 }
 
-// userLockKey is the per-user lock's key. Per user and voucher: the rule
+// UserLockKey is the per-user lock's key. Per user and voucher: the rule
 // is one order per user per voucher, and buying two vouchers at once is
 // fine.
-func userLockKey(voucherID, userID int64) string {
-	return "lock:order:" + strconv.FormatInt(voucherID, 10) + ":" + strconv.FormatInt(userID, 10)
+func UserLockKey(voucherID, userID int64) string {
+	return "order:" + strconv.FormatInt(voucherID, 10) + ":" + strconv.FormatInt(userID, 10)
 }
 
 func (s *Service) knownSoldOut(voucherID int64) bool {
@@ -239,6 +251,9 @@ func (s *Service) rememberSoldOut(voucherID int64) {
 // not exist.
 func (s *Service) Get(ctx context.Context, id, callerID int64, admin bool) (View, error) {
 	o, err := find(ctx, s.db, id)
+	if err == nil && o == nil && s.cfg.Async {
+		o, err = s.findPending(ctx, id)
+	}
 	if err != nil {
 		return View{}, apperr.Down(err)
 	}

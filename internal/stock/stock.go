@@ -234,6 +234,10 @@ func (s *Store) Vouchers(ctx context.Context) ([]int64, error) {
 	return parseIDs(members)
 }
 
+// ErrNotNow, returned by Reconcile's truth function, says the database's
+// figure cannot be trusted at this moment (writes are still queued).
+var ErrNotNow = errors.New("stock: not a quiet moment")
+
 // Reconcile sets voucher's stock to the database's figure, which truth
 // reads, if it drifted and nothing moved meanwhile (see reconcile.lua).
 // Drift has rare causes: a Redis flush while requests were between Take
@@ -253,6 +257,9 @@ func (s *Store) Reconcile(ctx context.Context, voucherID int64, truth func(conte
 		return false, nil
 	}
 	want, err := truth(ctx)
+	if errors.Is(err, ErrNotNow) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}

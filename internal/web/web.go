@@ -6,7 +6,9 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -53,27 +55,30 @@ func abort(c *gin.Context, status int, code apperr.Code, msg string) {
 // JSON writes v with the given status.
 func JSON(c *gin.Context, status int, v any) { c.JSON(status, v) }
 
-// BindJSON decodes the body into v, answering invalid_argument (or 413
-// for a body over MaxBody) itself when it cannot. It reports whether the
-// handler should go on.
+// BindJSON decodes the body, a single JSON value, into v, answering
+// invalid_argument (or 413 for a body over MaxBody) itself when it cannot.
+// It reports whether the handler should go on.
 func BindJSON(c *gin.Context, v any) bool {
-	err := c.ShouldBindJSON(v)
-	if err == nil {
-		return true
-	}
+	body, err := io.ReadAll(c.Request.Body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		abort(c, http.StatusRequestEntityTooLarge, apperr.InvalidArgument, "request body is larger than 1 MiB")
 		return false
 	}
-	abort(c, http.StatusBadRequest, apperr.InvalidArgument, "request body must be a JSON object of the documented shape")
-	return false
+	// json.Unmarshal, unlike a Decoder, refuses anything after the value.
+	if err != nil || json.Unmarshal(body, v) != nil {
+		abort(c, http.StatusBadRequest, apperr.InvalidArgument, "request body must be one JSON object of the documented shape")
+		return false
+	}
+	return true
 }
 
-// ID parses the path parameter name as a positive 64-bit decimal ID.
+// ID parses the path parameter name as a positive 64-bit ID written in
+// decimal digits only (no sign, no spaces).
 func ID(c *gin.Context, name string) (int64, bool) {
-	id, err := strconv.ParseInt(c.Param(name), 10, 64)
-	if err != nil || id <= 0 {
+	p := c.Param(name)
+	id, err := strconv.ParseInt(p, 10, 64)
+	if err != nil || id <= 0 || p[0] < '0' || p[0] > '9' {
 		abort(c, http.StatusBadRequest, apperr.InvalidArgument, name+" must be a positive decimal integer")
 		return 0, false
 	}
