@@ -98,7 +98,7 @@
 // column does it; RowsAffected == 0 means a later holder has written, and
 // this one must stop:
 //
-//	UPDATE voucher SET stock = ?, fence = ? WHERE id = ? AND fence < ?
+//	UPDATE vouchers SET stock = ?, fence = ? WHERE id = ? AND fence < ?
 //
 // RedLock cannot offer tokens: independent servers share no counter. A
 // token helps only where the resource checks it, so ask for one only there.

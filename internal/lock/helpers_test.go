@@ -124,10 +124,13 @@ func (s *redisServer) kill() {
 }
 
 func (s *redisServer) client(t testing.TB) *redis.Client {
-	// No retries and a short dial timeout: a killed server should cost a
-	// RedLock attempt milliseconds, as a crashed one would in production.
+	// No retries: a killed server should cost a RedLock attempt
+	// milliseconds, as a crashed one would in production. A killed server
+	// on loopback refuses the dial at once, so the dial timeout only has
+	// to be long enough for a live server on a loaded machine (CI runs
+	// every package's tests at once, with -race).
 	rdb := redis.NewClient(&redis.Options{
-		Addr: s.addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond,
+		Addr: s.addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 2 * time.Second,
 	})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
