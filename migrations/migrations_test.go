@@ -2,9 +2,7 @@ package migrations_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	_ "github.com/glebarez/go-sqlite" // registers the "sqlite" driver the embedded demo uses
-	"github.com/go-sql-driver/mysql"
+	_ "github.com/glebarez/go-sqlite"  // registers the "sqlite" driver the embedded demo uses
+	_ "github.com/go-sql-driver/mysql" // registers the "mysql" driver
 
 	"seckill/internal/testenv"
 	"seckill/migrations"
@@ -209,36 +207,13 @@ func TestApplyMySQLAgainIsNoOp(t *testing.T) {
 // and each file must be applied exactly once.
 func TestApplyMySQLConcurrently(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t)) // gates the test; its database is not used
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "seckill_t_mig_" + hex.EncodeToString(b)
-	cfg.DBName = ""
-	admin, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("mysql", cfg.FormatDSN())
-		if err == nil {
-			db.Exec("DROP DATABASE IF EXISTS " + name)
-			db.Close()
-		}
-	})
-	cfg.DBName = name
-	dsn := cfg.FormatDSN()
+	dsn := testenv.EmptyMySQLDSN(t)
 
 	const instances = 5
 	dbs := make([]*sql.DB, instances)
 	for i := range dbs {
 		// A pool per goroutine: separate servers share no connections.
+		var err error
 		if dbs[i], err = sql.Open("mysql", dsn); err != nil {
 			t.Fatal(err)
 		}

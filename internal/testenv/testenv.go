@@ -58,9 +58,9 @@ func Redis(t testing.TB, db int) *redis.Client {
 	return rdb
 }
 
-// MySQLDSN creates a fresh, migrated database and returns a DSN for it
+// EmptyMySQLDSN creates a fresh, empty database and returns a DSN for it
 // (parseTime=true, loc=UTC). The database is dropped when the test ends.
-func MySQLDSN(t testing.TB) string {
+func EmptyMySQLDSN(t testing.TB) string {
 	t.Helper()
 	cfg, err := mysql.ParseDSN(need(t, "SECKILL_TEST_MYSQL_DSN"))
 	if err != nil {
@@ -75,8 +75,7 @@ func MySQLDSN(t testing.TB) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "seckill_t_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := admin.ExecContext(context.Background(), "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() {
@@ -87,14 +86,22 @@ func MySQLDSN(t testing.TB) string {
 		}
 	})
 	cfg.DBName = name
-	dsn := cfg.FormatDSN()
+	return cfg.FormatDSN()
+}
+
+// MySQLDSN creates a fresh, migrated database and returns a DSN for it
+// (parseTime=true, loc=UTC). The database is dropped when the test ends.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	dsn := EmptyMySQLDSN(t)
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	ctx := context.Background()
 	if err := migrations.Apply(ctx, db, migrations.MySQL); err != nil {
-		t.Fatalf("migrate %s: %v", name, err)
+		t.Fatalf("migrate: %v", err)
 	}
 	// Tests share one Redis, where keys carry voucher IDs: start each
 	// database's IDs somewhere else so that two tests never meet.
