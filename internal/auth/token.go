@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -55,7 +57,26 @@ type Tokens struct {
 	ttl    time.Duration
 	now    func() time.Time
 	parser *jwt.Parser
+	seen   tokenCache
 }
+
+// tokenCache remembers tokens already verified. A flash sale's users send
+// the same token again and again, and parsing a JWT (base64, JSON, HMAC)
+// costs more than everything else a rejected request does. The key is the
+// whole token string, signature included, so a hit is the very token that
+// was verified; only its expiry is checked again.
+type tokenCache struct {
+	m sync.Map // token -> verifiedToken
+	n atomic.Int64
+}
+
+type verifiedToken struct {
+	id  Identity
+	exp time.Time
+}
+
+// maxSeenTokens bounds the cache: past it, it starts again empty.
+const maxSeenTokens = 1 << 18
 
 // NewTokens returns Tokens signing with key; tokens live for ttl.
 func NewTokens(key []byte, ttl time.Duration, now func() time.Time) *Tokens {
@@ -95,6 +116,13 @@ func (t *Tokens) Issue(id Identity) (string, error) {
 // Verify checks a token's signature, algorithm and expiry and returns who
 // it names.
 func (t *Tokens) Verify(token string) (Identity, error) {
+	if v, ok := t.seen.m.Load(token); ok {
+		vt := v.(verifiedToken)
+		if !t.now().Before(vt.exp) {
+			return Identity{}, ErrBadToken
+		}
+		return vt.id, nil
+	}
 	var c claims
 	_, err := t.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.key, nil })
 	if err != nil {
@@ -104,7 +132,15 @@ func (t *Tokens) Verify(token string) (Identity, error) {
 	if err != nil || id <= 0 || (c.Role != RoleUser && c.Role != RoleAdmin) {
 		return Identity{}, ErrBadToken
 	}
-	return Identity{UserID: id, Role: c.Role}, nil
+	who := Identity{UserID: id, Role: c.Role}
+	if c.NotBefore == nil { // a token not valid yet must be parsed again later
+		if t.seen.n.Add(1) > maxSeenTokens {
+			t.seen.m.Clear()
+			t.seen.n.Store(0)
+		}
+		t.seen.m.Store(token, verifiedToken{id: who, exp: c.ExpiresAt.Time})
+	}
+	return who, nil
 }
 
 const identityKey = "auth.identity"

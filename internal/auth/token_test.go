@@ -295,3 +295,30 @@ func TestAuthenticate(t *testing.T) {
 		})
 	}
 }
+
+// A verified token is remembered, but never past its expiry: the cache
+// must not turn an expired token back into a valid one.
+func TestVerifyCacheHonoursExpiry(t *testing.T) {
+	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	tokens := auth.NewTokens(testKey, time.Hour, clock)
+	tok, err := tokens.Issue(auth.Identity{UserID: 7, Role: auth.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second call is answered from the cache
+		if id, err := tokens.Verify(tok); err != nil || id.UserID != 7 {
+			t.Fatalf("fresh token: %v %v", id, err)
+		}
+	}
+	now = now.Add(time.Hour)
+	if _, err := tokens.Verify(tok); !errors.Is(err, auth.ErrBadToken) {
+		t.Fatalf("expired token answered from the cache: %v", err)
+	}
+	// And a forged token never enters it: a different signature is a
+	// different string.
+	forged := tok[:len(tok)-2] + "AA"
+	if _, err := tokens.Verify(forged); !errors.Is(err, auth.ErrBadToken) {
+		t.Fatalf("forged token: %v", err)
+	}
+}

@@ -65,11 +65,13 @@ func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, e
 			if err != nil {
 				return 0, fmt.Errorf("accept order: malformed ID %v", res[1])
 			}
+			s.rememberBuyer(voucherID, userID)
 			return id, nil
 		case 1:
 			s.rememberSoldOut(voucherID)
 			return 0, ErrSoldOut
 		case 2:
+			s.rememberBuyer(voucherID, userID) // accepted orders are never given back
 			return 0, ErrAlreadyOrdered
 		case 5:
 			return 0, ErrIDsExhausted

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,7 @@ type Service struct {
 	cfg      Config
 
 	soldOut sync.Map // voucher ID -> time.Time until which it is known sold out
+	buyers  buyerMemo
 }
 
 // NewService returns a Service.
@@ -77,6 +79,9 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	}
 	if s.knownSoldOut(voucherID) {
 		return 0, ErrSoldOut
+	}
+	if s.knownBuyer(voucherID, userID) {
+		return 0, ErrAlreadyOrdered
 	}
 	if s.cfg.Async {
 		return s.accept(ctx, voucherID, userID)
@@ -105,6 +110,7 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	if _, err := s.stocks.Confirm(context.WithoutCancel(ctx), voucherID, userID); err != nil {
 		s.log.WarnContext(ctx, "confirm hold; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
 	}
+	s.rememberBuyer(voucherID, userID)
 	return id, nil
 }
 
@@ -125,6 +131,9 @@ func (s *Service) take(ctx context.Context, voucherID, userID int64) error {
 		case stock.SoldOutForNow:
 			return ErrSoldOut
 		case stock.AlreadyBought:
+			s.rememberBuyer(voucherID, userID)
+			return ErrAlreadyOrdered
+		case stock.AlreadyBuying:
 			return ErrAlreadyOrdered
 		}
 		// stock.Missing: Redis was flushed or restarted.
@@ -234,6 +243,31 @@ func (s *Service) reload(ctx context.Context, voucherID int64) error {
 // fine.
 func UserLockKey(voucherID, userID int64) string {
 	return "order:" + strconv.FormatInt(voucherID, 10) + ":" + strconv.FormatInt(userID, 10)
+}
+
+// buyerMemo remembers users whose order for a voucher is settled, so
+// that their repeated clicks are answered already_ordered from memory. A
+// settled order never goes away, so an entry never goes stale; the memo
+// only forgets everything when it grows past maxBuyerMemo, to bound memory.
+type buyerMemo struct {
+	m sync.Map // [2]int64{voucher, user} -> struct{}
+	n atomic.Int64
+}
+
+const maxBuyerMemo = 1 << 20
+
+func (s *Service) knownBuyer(voucherID, userID int64) bool {
+	_, ok := s.buyers.m.Load([2]int64{voucherID, userID})
+	return ok
+}
+
+func (s *Service) rememberBuyer(voucherID, userID int64) {
+	if _, loaded := s.buyers.m.LoadOrStore([2]int64{voucherID, userID}, struct{}{}); !loaded {
+		if s.buyers.n.Add(1) > maxBuyerMemo {
+			s.buyers.m.Clear()
+			s.buyers.n.Store(0)
+		}
+	}
 }
 
 func (s *Service) knownSoldOut(voucherID int64) bool {

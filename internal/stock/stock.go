@@ -39,11 +39,14 @@ type Result int
 const (
 	Taken         Result = 0
 	SoldOut       Result = 1 // nothing left, and nothing can come back
-	AlreadyBought Result = 2
+	AlreadyBought Result = 2 // the user's order is settled
 	Missing       Result = 3
 	// SoldOutForNow: nothing left, but requests still hold units that
 	// come back if they fail.
 	SoldOutForNow Result = 4
+	// AlreadyBuying: a request of the user holds a unit; if it fails,
+	// the user may buy again.
+	AlreadyBuying Result = 5
 )
 
 var (

@@ -8,7 +8,8 @@
 -- ARGV[2] how long the hold lasts, in ms
 --
 -- Returns 0 taken, 1 sold out, 2 already bought, 3 stock key missing,
--- 4 sold out with holds still open (units that may yet come back).
+-- 4 sold out with holds still open (units that may yet come back),
+-- 5 already bought by a request still holding its unit (it may yet fail).
 -- Redis runs a script alone, so no other request can slip in between the
 -- check and the decrement: this is what makes "check stock, then take it"
 -- safe without a lock.
@@ -23,6 +24,9 @@ if tonumber(stock) <= 0 then
   return 1
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    return 5
+  end
   return 2
 end
 redis.call('DECR', KEYS[1])
