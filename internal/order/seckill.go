@@ -175,7 +175,7 @@ func (s *Service) place(ctx context.Context, voucherID, userID int64) (int64, er
 		if err != nil {
 			return 0, err
 		}
-		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC()}
+		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
 		err = s.db.WithContext(lk.Context()).Transaction(func(tx *gorm.DB) error { return insert(tx, o) })
 		if !errors.Is(err, errIDTaken) {
 			return id, err
