@@ -144,6 +144,11 @@ func normaliseDSN(dsn string) (string, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// Arguments are interpolated by the driver instead of each statement
+	// being prepared, executed and closed on the server: two round trips
+	// instead of six for the order's INSERT and UPDATE. Safe with the
+	// utf8mb4 charset used here (the driver refuses it for GBK/BIG5 & co).
+	cfg.InterpolateParams = true
 	return cfg.FormatDSN(), nil
 }
 

@@ -15,8 +15,10 @@ package idworker
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,22 +88,40 @@ func (w *Worker) NextN(ctx context.Context, prefix string, n int) ([]int64, erro
 	return ids, nil
 }
 
-// Compose makes the ID for sequence seq at time t, checking both ranges:
-// for callers that take the sequence themselves (a Lua script that
-// allocates it in the same step as the order, as async mode does).
-func Compose(t time.Time, seq int64) (int64, error) {
-	secs := t.Unix() - Epoch.Unix()
-	if secs < 0 || secs > maxSeconds {
-		return 0, fmt.Errorf("idworker: time %s is outside the 31-bit range from %s", t.UTC().Format(time.RFC3339), Epoch.Format(time.RFC3339))
-	}
-	if seq < 0 || seq > maxSequence {
-		return 0, fmt.Errorf("%w (sequence %d)", ErrSequenceExhausted, seq)
-	}
-	return secs<<sequenceBits | seq, nil
+// Slot is what a Lua script needs to draw an ID itself (see LuaNextID):
+// the day's sequence key, and the time part split in two decimal halves.
+type Slot struct {
+	Key    string
+	Hi, Lo int64 // (seconds << 32) = Hi * 1e9 + Lo
 }
 
-// MaxSequence is the largest sequence number of a day.
-const MaxSequence = maxSequence
+// SlotAt returns the slot of prefix at time t.
+func SlotAt(prefix string, t time.Time) (Slot, error) {
+	secs := t.Unix() - Epoch.Unix()
+	if secs < 0 || secs > maxSeconds {
+		return Slot{}, fmt.Errorf("idworker: time %s is outside the 31-bit range from %s", t.UTC().Format(time.RFC3339), Epoch.Format(time.RFC3339))
+	}
+	base := secs << sequenceBits
+	return Slot{Key: Key(prefix, t), Hi: base / 1e9, Lo: base % 1e9}, nil
+}
+
+// LuaNextID defines the Lua function next_id(seq_key, hi, lo), which draws
+// an ID in this package's layout inside a script; prepend it to a script
+// that allocates IDs in the same atomic step as its other work. It lets a
+// request make one round trip instead of two.
+//
+//go:embed next_id.lua
+var LuaNextID string
+
+// FromScript reads an ID that next_id returned through a script's reply.
+func FromScript(v any) (int64, error) {
+	s, _ := v.(string)
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("idworker: malformed ID %v from a script", v)
+	}
+	return id, nil
+}
 
 // Parts splits id into the time it was made (to the second) and its
 // sequence number.

@@ -38,7 +38,7 @@ const (
 var (
 	//go:embed accept.lua
 	acceptSrc    string
-	acceptScript = redis.NewScript(acceptSrc)
+	acceptScript = redis.NewScript(idworker.LuaNextID + acceptSrc)
 )
 
 // ErrIDsExhausted means the day's 4,294,967,295 order IDs are used up.
@@ -49,21 +49,21 @@ var ErrIDsExhausted = apperr.New(apperr.Busy, "no order IDs left today")
 func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		now := s.now()
-		base, err := idworker.Compose(now, 0)
+		slot, err := idworker.SlotAt(orderIDPrefix, now)
 		if err != nil {
 			return 0, err
 		}
 		k := stock.KeysOf(voucherID)
-		keys := []string{k.Stock, k.Buyers, idworker.Key("order", now), streamKey, pendingKey}
-		res, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, now.UnixMilli(), base/1e9, base%1e9).Slice()
+		keys := []string{k.Stock, k.Buyers, slot.Key, streamKey, pendingKey}
+		res, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, now.UnixMilli(), slot.Hi, slot.Lo).Slice()
 		if err != nil {
 			return 0, apperr.Down(fmt.Errorf("accept order: %w", err)) // the script did not run: nothing taken
 		}
 		switch code, _ := res[0].(int64); code {
 		case 0:
-			id, err := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
+			id, err := idworker.FromScript(res[1])
 			if err != nil {
-				return 0, fmt.Errorf("accept order: malformed ID %v", res[1])
+				return 0, err
 			}
 			s.rememberBuyer(voucherID, userID)
 			return id, nil
@@ -73,7 +73,7 @@ func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, e
 		case 2:
 			s.rememberBuyer(voucherID, userID) // accepted orders are never given back
 			return 0, ErrAlreadyOrdered
-		case 5:
+		case 6:
 			return 0, ErrIDsExhausted
 		}
 		if attempt == 2 {

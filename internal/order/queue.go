@@ -202,7 +202,7 @@ func (p *Persister) handle(ctx context.Context, msgs []redis.XMessage) {
 		switch {
 		case err == nil:
 			p.ack(ctx, ids[i:i+1], orders[i:i+1])
-		case errors.Is(err, ErrSoldOut) || errors.Is(err, ErrAlreadyOrdered):
+		case errors.Is(err, ErrSoldOut) || errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, errIDCollision):
 			p.deadLetter(ctx, msgs[indexOf(msgs, ids[i])], err) // MySQL refuses it: retrying cannot help
 		case p.deliveries(ctx, ids[i]) >= p.cfg.MaxDeliveries:
 			p.deadLetter(ctx, msgs[indexOf(msgs, ids[i])], err)
@@ -221,6 +221,9 @@ func indexOf(msgs []redis.XMessage, id string) int {
 	return 0
 }
 
+// errIDCollision is an entry whose order ID another order already has.
+var errIDCollision = errors.New("order ID collision")
+
 // writeBatch writes orders in one transaction: skip those already written
 // (a redelivery), insert the rest in one multi-row INSERT, and take each
 // voucher's units with one guarded UPDATE. ">= n" is "> 0" for n units: a
@@ -230,13 +233,21 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 	for i, o := range orders {
 		ids[i] = o.ID
 	}
-	var done []int64
-	if err := tx.Raw("SELECT id FROM voucher_orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
+	var done []Order
+	if err := tx.Raw("SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
 		return fmt.Errorf("find written orders: %w", err)
 	}
 	written := map[int64]bool{}
-	for _, id := range done {
-		written[id] = true
+	owner := map[int64]Order{}
+	for _, d := range done {
+		written[d.ID], owner[d.ID] = true, d
+	}
+	for _, o := range orders {
+		// The same ID for another order is not a redelivery: Redis lost its
+		// ID counters and handed out an ID already used.
+		if d, ok := owner[o.ID]; ok && (d.UserID != o.UserID || d.VoucherID != o.VoucherID) {
+			return fmt.Errorf("%w: order %d is already another order's ID", errIDCollision, o.ID)
+		}
 	}
 	var fresh []Order
 	units := map[int64]int64{}

@@ -24,10 +24,12 @@ import (
 // the last unit (a lost update). With the condition in the UPDATE, InnoDB
 // re-checks it under the row lock, and 0 rows affected means sold out.
 func insert(tx *gorm.DB, o *Order) error {
-	if err := tx.Create(o).Error; err != nil {
-		if errors.Is(err, gorm.ErrDuplicatedKey) {
-			return duplicate(tx, o)
-		}
+	err := tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at) VALUES (?, ?, ?, ?, ?)",
+		o.ID, o.UserID, o.VoucherID, o.Status, o.CreatedAt).Error
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return duplicate(tx, o)
+	}
+	if err != nil {
 		return fmt.Errorf("insert order: %w", err)
 	}
 	res := tx.Exec("UPDATE vouchers SET stock = stock - 1 WHERE id = ? AND stock > 0", o.VoucherID)

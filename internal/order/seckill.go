@@ -89,13 +89,14 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 
 	// Guard 2: take a unit in Redis, atomically with the stock and
 	// one-per-user checks. Most requests of a flash sale end here.
-	if err := s.take(ctx, voucherID, userID); err != nil {
+	id, err := s.take(ctx, voucherID, userID)
+	if err != nil {
 		return 0, err
 	}
 
 	// From here on this request holds a unit. Every way out either turns
 	// it into an order row or gives it back.
-	id, err := s.place(ctx, voucherID, userID)
+	id, err = s.place(ctx, voucherID, userID, id)
 	if err != nil {
 		s.settleFailure(ctx, voucherID, userID, err)
 		if errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) {
@@ -114,40 +115,50 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	return id, nil
 }
 
-// take runs the stock script, reloading the voucher's stock from MySQL
-// if Redis lost it.
-func (s *Service) take(ctx context.Context, voucherID, userID int64) error {
+// take runs the stock script, which also draws the order's ID, reloading
+// the voucher's stock from MySQL if Redis lost it.
+func (s *Service) take(ctx context.Context, voucherID, userID int64) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		res, err := s.stocks.Take(ctx, voucherID, userID)
+		slot, err := idworker.SlotAt(orderIDPrefix, s.now())
 		if err != nil {
-			return apperr.Down(err) // the script did not run: nothing taken
+			return 0, err
+		}
+		res, id, err := s.stocks.Take(ctx, voucherID, userID, slot)
+		if err != nil {
+			return 0, apperr.Down(err) // the script did not run: nothing taken
 		}
 		switch res {
 		case stock.Taken:
-			return nil
+			return id, nil
 		case stock.SoldOut:
 			s.rememberSoldOut(voucherID)
-			return ErrSoldOut
+			return 0, ErrSoldOut
 		case stock.SoldOutForNow:
-			return ErrSoldOut
+			return 0, ErrSoldOut
 		case stock.AlreadyBought:
 			s.rememberBuyer(voucherID, userID)
-			return ErrAlreadyOrdered
+			return 0, ErrAlreadyOrdered
 		case stock.AlreadyBuying:
-			return ErrAlreadyOrdered
+			return 0, ErrAlreadyOrdered
+		case stock.IDsExhausted:
+			return 0, ErrIDsExhausted
 		}
 		// stock.Missing: Redis was flushed or restarted.
 		if attempt == 2 {
-			return apperr.Down(fmt.Errorf("stock of voucher %d still missing after reloading", voucherID))
+			return 0, apperr.Down(fmt.Errorf("stock of voucher %d still missing after reloading", voucherID))
 		}
 		if err := s.reload(ctx, voucherID); err != nil {
-			return err
+			return 0, err
 		}
 	}
 }
 
-// place writes the order under the user's lock, within WriteTimeout.
-func (s *Service) place(ctx context.Context, voucherID, userID int64) (int64, error) {
+// orderIDPrefix names the order-ID sequence: icr:order:{yyyy:MM:dd}.
+const orderIDPrefix = "order"
+
+// place writes the order under the user's lock, within WriteTimeout, and
+// returns its ID: id, or a new one if id was already used (see errIDTaken).
+func (s *Service) place(ctx context.Context, voucherID, userID, id int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 
@@ -171,14 +182,13 @@ func (s *Service) place(ctx context.Context, voucherID, userID int64) (int64, er
 	// watchdog finds the lock lost, the context is cancelled and the
 	// transaction rolls back instead of committing unprotected.
 	for {
-		id, err := s.ids.Next(ctx, "order")
-		if err != nil {
-			return 0, err
-		}
 		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
-		err = s.db.WithContext(lk.Context()).Transaction(func(tx *gorm.DB) error { return insert(tx, o) })
+		err := s.db.WithContext(lk.Context()).Transaction(func(tx *gorm.DB) error { return insert(tx, o) })
 		if !errors.Is(err, errIDTaken) {
 			return id, err
+		}
+		if id, err = s.ids.Next(ctx, orderIDPrefix); err != nil {
+			return 0, err
 		}
 	}
 }

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/idworker"
 )
 
 // Result is what Take decided.
@@ -47,12 +49,14 @@ const (
 	// AlreadyBuying: a request of the user holds a unit; if it fails,
 	// the user may buy again.
 	AlreadyBuying Result = 5
+	// IDsExhausted: the day's order IDs are used up; nothing was taken.
+	IDsExhausted Result = 6
 )
 
 var (
 	//go:embed take.lua
 	takeSrc    string
-	takeScript = redis.NewScript(takeSrc)
+	takeScript = redis.NewScript(idworker.LuaNextID + takeSrc)
 
 	//go:embed giveback.lua
 	givebackSrc    string
@@ -98,14 +102,23 @@ func NewStore(rdb redis.UniversalClient, hold time.Duration) *Store {
 }
 
 // Take takes one unit for user if there is stock and user has not taken
-// one, and records a hold. One round trip.
-func (s *Store) Take(ctx context.Context, voucherID, userID int64) (Result, error) {
+// one, records a hold, and draws the order's ID from slot, all in one
+// round trip. The ID is returned with Taken.
+func (s *Store) Take(ctx context.Context, voucherID, userID int64, slot idworker.Slot) (Result, int64, error) {
 	k := KeysOf(voucherID)
-	code, err := takeScript.Run(ctx, s.rdb, k.all(), userID, s.hold.Milliseconds()).Int()
+	res, err := takeScript.Run(ctx, s.rdb, []string{k.Stock, k.Buyers, k.Holds, slot.Key}, userID, s.hold.Milliseconds(), slot.Hi, slot.Lo).Slice()
 	if err != nil {
-		return 0, fmt.Errorf("take stock of voucher %d: %w", voucherID, err)
+		return 0, 0, fmt.Errorf("take stock of voucher %d: %w", voucherID, err)
 	}
-	return Result(code), nil
+	code, _ := res[0].(int64)
+	if Result(code) != Taken {
+		return Result(code), 0, nil
+	}
+	id, err := idworker.FromScript(res[1])
+	if err != nil {
+		return 0, 0, err
+	}
+	return Taken, id, nil
 }
 
 // Confirm closes user's hold once the order row is committed, and makes

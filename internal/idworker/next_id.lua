@@ -1,0 +1,23 @@
+-- next_id draws an order ID inside a script, for scripts that allocate it
+-- in the same atomic step as the order (package idworker's layout):
+--
+--   id = seconds << 32 | INCR(key)
+--
+-- seq_key is the day's sequence key; hi and lo are the time part
+-- (seconds << 32) split as floor(x / 1e9) and x % 1e9, because Lua numbers
+-- are doubles and cannot hold a 63-bit integer: the ID is added up in two
+-- halves and returned as a decimal string. Returns nil when the day's
+-- 32-bit sequence is exhausted.
+local function next_id(seq_key, hi, lo)
+  local seq = redis.call('INCR', seq_key)
+  if seq > 4294967295 then
+    return nil
+  end
+  local low = tonumber(lo) + seq
+  local high = tonumber(hi) + math.floor(low / 1000000000)
+  low = low % 1000000000
+  if high > 0 then
+    return string.format('%d%09d', high, low)
+  end
+  return string.format('%d', low)
+end
