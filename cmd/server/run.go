@@ -75,6 +75,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
 	if app.persister != nil {
 		bg.Go(func() { app.persister.Run(bgCtx, drainCtx) })
+	} else {
+		for range order.Writers {
+			bg.Go(func() { app.orders.RunWriter(bgCtx) })
+		}
 	}
 	stopBackground := func() {
 		stopBg()

@@ -40,10 +40,13 @@ type Config struct {
 	// Async accepts orders in Redis and leaves writing them to a
 	// Persister (async.go); otherwise the row is written in the request.
 	Async bool
+	// GroupCommit is the most orders of concurrent requests written in one
+	// transaction in sync mode (writer.go); 1 writes each on its own.
+	GroupCommit int
 }
 
 // DefaultConfig suits a stock hold of 15s.
-var DefaultConfig = Config{WriteTimeout: 5 * time.Second, LockTTL: 10 * time.Second, SoldOutMemo: 100 * time.Millisecond}
+var DefaultConfig = Config{WriteTimeout: 5 * time.Second, LockTTL: 10 * time.Second, SoldOutMemo: 100 * time.Millisecond, GroupCommit: 100}
 
 // Service sells vouchers. It is safe for concurrent use.
 type Service struct {
@@ -59,11 +62,13 @@ type Service struct {
 
 	soldOut sync.Map // voucher ID -> time.Time until which it is known sold out
 	buyers  buyerMemo
+	writes  writer
 }
 
 // NewService returns a Service.
 func NewService(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
-	return &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg}
+	return &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg,
+		writes: writer{in: make(chan *write), max: max(cfg.GroupCommit, 1)}}
 }
 
 // Seckill takes one unit of voucherID for userID and returns the new
@@ -178,13 +183,14 @@ func (s *Service) place(ctx context.Context, voucherID, userID, id int64) (int64
 		}
 	}()
 
-	// Guard 4: MySQL. The transaction runs under the lock's context: if the
-	// watchdog finds the lock lost, the context is cancelled and the
-	// transaction rolls back instead of committing unprotected.
+	// Guard 4: MySQL, in one transaction with the orders of the requests
+	// that arrived together (writer.go). It runs under the lock's context:
+	// if the watchdog finds the lock lost, the order is not written, or its
+	// transaction rolls back, instead of committing unprotected.
 	for {
 		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
-		err := s.db.WithContext(lk.Context()).Transaction(func(tx *gorm.DB) error { return insert(tx, o) })
-		if !errors.Is(err, errIDTaken) {
+		err := s.commit(lk.Context(), o)
+		if !errors.Is(err, errIDTaken) && !errors.Is(err, errIDCollision) {
 			return id, err
 		}
 		if id, err = s.ids.Next(ctx, orderIDPrefix); err != nil {
