@@ -1,0 +1,218 @@
+package stock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"seckill/internal/idworker"
+	"seckill/internal/stock"
+	"seckill/internal/testenv"
+)
+
+// newVoucher sets up a voucher with n units on the shared test Redis,
+// under an ID no other test uses, and removes its keys afterwards.
+func newVoucher(t *testing.T, s *stock.Store, n int64) int64 {
+	t.Helper()
+	rdb := testenv.Redis(t, 0)
+	id := testenv.ID()
+	if err := s.Init(context.Background(), id, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k := stock.KeysOf(id)
+		rdb.Del(context.Background(), k.Stock, k.Buyers, k.Holds)
+		rdb.SRem(context.Background(), "seckill:vouchers", id)
+	})
+	return id
+}
+
+func slot(t *testing.T) idworker.Slot {
+	t.Helper()
+	s, err := idworker.SlotAt(testenv.Name("stocktest"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.Redis(t, 0).Del(context.Background(), s.Key) })
+	return s
+}
+
+func left(t *testing.T, s *stock.Store, id int64) int64 {
+	t.Helper()
+	n, ok, err := s.Left(context.Background(), id)
+	if err != nil || !ok {
+		t.Fatalf("left: %d %v %v", n, ok, err)
+	}
+	return n
+}
+
+// 300 users rush 50 units at once: exactly 50 are taken, each by a
+// different user, each with its own order ID, and nothing is left.
+func TestTakeNeverOversells(t *testing.T) {
+	s := stock.NewStore(testenv.Redis(t, 0), time.Minute)
+	id := newVoucher(t, s, 50)
+	sl := slot(t)
+	var taken atomic.Int64
+	ids := sync.Map{}
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for user := range int64(300) {
+		wg.Go(func() {
+			<-gate
+			for range 2 { // each user tries twice
+				res, oid, err := s.Take(context.Background(), id, user+1, sl)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res == stock.Taken {
+					taken.Add(1)
+					if _, dup := ids.LoadOrStore(oid, user); dup {
+						t.Errorf("order ID %d drawn twice", oid)
+					}
+				}
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if taken.Load() != 50 || left(t, s, id) != 0 {
+		t.Fatalf("taken %d, left %d; want 50 and 0", taken.Load(), left(t, s, id))
+	}
+}
+
+// A unit goes back exactly once, however many give it back; a confirmed
+// hold gives nothing back; a second take by the same user is refused, as
+// settled once confirmed and as in progress before.
+func TestGiveBackExactlyOnce(t *testing.T) {
+	ctx := context.Background()
+	s := stock.NewStore(testenv.Redis(t, 0), time.Minute)
+	id := newVoucher(t, s, 3)
+	sl := slot(t)
+
+	if res, _, _ := s.Take(ctx, id, 1, sl); res != stock.Taken {
+		t.Fatalf("take: %v", res)
+	}
+	if res, _, _ := s.Take(ctx, id, 1, sl); res != stock.AlreadyBuying {
+		t.Fatalf("second take while the first holds its unit: %v, want AlreadyBuying", res)
+	}
+	for i, want := range []bool{true, false, false} {
+		back, err := s.GiveBack(ctx, id, 1, true)
+		if err != nil || back != want {
+			t.Fatalf("give back #%d: %v %v, want %v", i+1, back, err, want)
+		}
+	}
+	if n := left(t, s, id); n != 3 {
+		t.Fatalf("left %d after giving back, want 3", n)
+	}
+
+	if res, _, _ := s.Take(ctx, id, 2, sl); res != stock.Taken {
+		t.Fatalf("take: %v", res)
+	}
+	if open, err := s.Confirm(ctx, id, 2); err != nil || !open {
+		t.Fatalf("confirm: %v %v", open, err)
+	}
+	if back, _ := s.GiveBack(ctx, id, 2, true); back {
+		t.Fatal("a confirmed hold gave its unit back")
+	}
+	if res, _, _ := s.Take(ctx, id, 2, sl); res != stock.AlreadyBought {
+		t.Fatalf("take after confirm: %v, want AlreadyBought", res)
+	}
+	if n := left(t, s, id); n != 2 {
+		t.Fatalf("left %d, want 2", n)
+	}
+}
+
+// Reclaim returns a unit only once its hold has expired, by the Redis
+// server's clock, and only once.
+func TestReclaimOnlyExpired(t *testing.T) {
+	ctx := context.Background()
+	s := stock.NewStore(testenv.Redis(t, 0), 300*time.Millisecond)
+	id := newVoucher(t, s, 1)
+	if res, _, _ := s.Take(ctx, id, 7, slot(t)); res != stock.Taken {
+		t.Fatalf("take: %v", res)
+	}
+	if got, _ := s.Expired(ctx, id, 10); len(got) != 0 {
+		t.Fatalf("expired at once: %v", got)
+	}
+	if back, _ := s.Reclaim(ctx, id, 7); back {
+		t.Fatal("reclaimed a hold before its deadline")
+	}
+	time.Sleep(400 * time.Millisecond)
+	if got, _ := s.Expired(ctx, id, 10); len(got) != 1 || got[0] != 7 {
+		t.Fatalf("expired: %v, want [7]", got)
+	}
+	if back, _ := s.Reclaim(ctx, id, 7); !back {
+		t.Fatal("did not reclaim an expired hold")
+	}
+	if back, _ := s.Reclaim(ctx, id, 7); back {
+		t.Fatal("reclaimed the same hold twice")
+	}
+	if n := left(t, s, id); n != 1 {
+		t.Fatalf("left %d, want 1", n)
+	}
+}
+
+// Reconcile corrects a drifted count only at a quiet moment: no hold open,
+// nothing moved while the truth was read, and the truth available.
+func TestReconcile(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	id := newVoucher(t, s, 10)
+	k := stock.KeysOf(id)
+	truth := func(n int64) func(context.Context) (int64, error) {
+		return func(context.Context) (int64, error) { return n, nil }
+	}
+
+	if fixed, err := s.Reconcile(ctx, id, truth(10)); err != nil || fixed {
+		t.Fatalf("no drift: fixed %v %v", fixed, err)
+	}
+	if fixed, err := s.Reconcile(ctx, id, truth(8)); err != nil || !fixed || left(t, s, id) != 8 {
+		t.Fatalf("drift: fixed %v %v, left %d", fixed, err, left(t, s, id))
+	}
+	// A unit taken while the truth is read: the count moved, no change.
+	moving := func(context.Context) (int64, error) {
+		rdb.Decr(ctx, k.Stock)
+		return 5, nil
+	}
+	if fixed, _ := s.Reconcile(ctx, id, moving); fixed || left(t, s, id) != 7 {
+		t.Fatalf("count moved meanwhile: fixed %v, left %d", fixed, left(t, s, id))
+	}
+	// An open hold: not a quiet moment.
+	s.Take(ctx, id, 1, slot(t))
+	if fixed, _ := s.Reconcile(ctx, id, truth(3)); fixed {
+		t.Fatal("reconciled with a hold open")
+	}
+	s.GiveBack(ctx, id, 1, true)
+	if fixed, err := s.Reconcile(ctx, id, func(context.Context) (int64, error) { return 0, stock.ErrNotNow }); fixed || err != nil {
+		t.Fatalf("truth not available: fixed %v, err %v", fixed, err)
+	}
+}
+
+// A lost stock key is reloaded once: Load refuses when the key is back.
+func TestLoadOnlyWhenMissing(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	id := newVoucher(t, s, 5)
+	k := stock.KeysOf(id)
+	rdb.Del(ctx, k.Stock, k.Buyers)
+	if res, _, _ := s.Take(ctx, id, 1, slot(t)); res != stock.Missing {
+		t.Fatalf("take with the key lost: %v, want Missing", res)
+	}
+	if loaded, err := s.Load(ctx, id, 3, []int64{1, 2}); err != nil || !loaded {
+		t.Fatalf("load: %v %v", loaded, err)
+	}
+	if loaded, _ := s.Load(ctx, id, 99, nil); loaded {
+		t.Fatal("loaded over an existing key")
+	}
+	if res, _, _ := s.Take(ctx, id, 2, slot(t)); res != stock.AlreadyBought {
+		t.Fatalf("a loaded buyer: %v, want AlreadyBought", res)
+	}
+	if n := left(t, s, id); n != 3 {
+		t.Fatalf("left %d, want 3", n)
+	}
+}
