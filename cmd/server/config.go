@@ -36,6 +36,7 @@ type config struct {
 	Consumer      string        // async mode: this instance's consumer name
 	ClaimIdle     time.Duration // async mode: idle time before another consumer's entries are claimed
 	Batch         int           // async mode: entries written per transaction
+	MaxDeliveries int64         // async mode: deliveries after which an entry MySQL keeps refusing is dead-lettered
 }
 
 // embedded reports whether to run the single-instance demo: no MySQL and
@@ -83,6 +84,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.StartupWait = durVar("STARTUP_WAIT", 30*time.Second)
 	c.ClaimIdle = durVar("CLAIM_IDLE", 5*time.Second)
 	c.Batch = intVar("ASYNC_BATCH", 500, 1, 10000)
+	c.MaxDeliveries = int64(intVar("ASYNC_MAX_DELIVERIES", 5, 1, 1000))
 	c.Consumer = env("CONSUMER_NAME", defaultConsumer(c.HTTPAddr))
 
 	switch {

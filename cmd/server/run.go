@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"seckill/internal/apperr"
 	"seckill/internal/auth"
 	"seckill/internal/idworker"
 	"seckill/internal/lock"
@@ -149,8 +150,11 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		st.rdb = redis.NewClient(&redis.Options{
 			Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: cfg.RedisPoolSize,
 			// Fail fast when Redis is down: a request answers 503 in about
-			// a second instead of piling up behind redials.
-			DialTimeout: time.Second, MaxRetries: 1,
+			// a second instead of piling up behind redials. And never
+			// retry: the stock scripts are not idempotent, and a retry
+			// after a lost reply would answer "already ordered" to the
+			// user whose unit the first run took.
+			DialTimeout: time.Second, MaxRetries: -1,
 		})
 		db, err := gorm.Open(mysql.Open(cfg.MySQLDSN), gcfg)
 		if err != nil {
@@ -257,9 +261,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.HandleMethodNotAllowed = true
-	r.NoRoute(web.NotFound)
-	r.NoMethod(web.MethodNotAllowed)
+	r.NoRoute(web.NotFound) // a known path with another method too: the contract has no 405
 	r.Use(web.Recover(log), web.LimitBody())
 	fail := func(c *gin.Context, err error) { web.Error(c, log, err) }
 	authn := tokens.Authenticate(fail)
@@ -267,8 +269,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", func(c *gin.Context) {
 		if err := st.ping(c.Request.Context()); err != nil {
-			log.WarnContext(c.Request.Context(), "not ready", "err", err)
-			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable"})
+			web.Error(c, log, apperr.Down(err))
 			return
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ok"})
@@ -279,7 +280,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc}
 	if ocfg.Async {
 		qcfg := order.DefaultQueueConfig
-		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch = cfg.Consumer, cfg.ClaimIdle, cfg.Batch
+		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
 		a.persister = order.NewPersister(orders, qcfg, log)
 	}
 	return a, nil

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +58,9 @@ func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, e
 		keys := []string{k.Stock, k.Buyers, slot.Key, streamKey, pendingKey}
 		res, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, now.UnixMilli(), slot.Hi, slot.Lo).Slice()
 		if err != nil {
-			return 0, apperr.Down(fmt.Errorf("accept order: %w", err)) // the script did not run: nothing taken
+			// Nothing taken; or, if only the reply was lost, an order
+			// accepted that the client does not know of.
+			return 0, apperr.Down(fmt.Errorf("accept order: %w", err))
 		}
 		switch code, _ := res[0].(int64); code {
 		case 0:
@@ -83,6 +86,28 @@ func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, e
 			return 0, err
 		}
 	}
+}
+
+// stillPending keeps the order IDs whose marker still says pending.
+func (s *Service) stillPending(ctx context.Context, ids []int64) ([]int64, error) {
+	var out []int64
+	for chunk := range slices.Chunk(ids, 1000) {
+		fields := make([]string, len(chunk))
+		for i, id := range chunk {
+			fields[i] = strconv.FormatInt(id, 10)
+		}
+		vals, err := s.rdb.HMGet(ctx, pendingKey, fields...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read pending markers: %w", err)
+		}
+		for i, v := range vals {
+			str, _ := v.(string)
+			if p, ok := parsePending(str); ok && p.Status == StatusPending {
+				out = append(out, chunk[i])
+			}
+		}
+	}
+	return out, nil
 }
 
 // pending is an accepted order not yet written to MySQL.
@@ -151,6 +176,12 @@ func (s *Service) queued(ctx context.Context, _ *gorm.DB, voucherID int64) (left
 			break
 		}
 		from = "(" + msgs[len(msgs)-1].ID
+	}
+	// A dead-lettered entry stays in the stream until trimmed, but its
+	// order will never be written: only entries still marked pending count.
+	ids, err = s.stillPending(ctx, ids)
+	if err != nil {
+		return 0, nil, err
 	}
 	left, buyers, written, err := snapshotWith(ctx, s.db, voucherID, ids)
 	if err != nil {

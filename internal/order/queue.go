@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
@@ -173,56 +176,84 @@ func (p *Persister) claim(ctx context.Context) {
 // handle writes a batch and acknowledges what was settled: written, found
 // already written, or sent to the dead letters.
 func (p *Persister) handle(ctx context.Context, msgs []redis.XMessage) {
-	// A batch once read is finished even if shutdown begins meanwhile.
+	// A batch once read is finished even if shutdown begins meanwhile; its
+	// writes are bounded instead (see write), and so is the whole batch:
+	// well before another consumer may claim its entries, and so that a
+	// MySQL that does not answer cannot hold shutdown hostage.
 	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(p.cfg.ClaimIdle / 2)
+	var entries []redis.XMessage
 	var orders []Order
-	var ids []string
 	for _, m := range msgs {
 		o, err := parseEntry(m)
 		if err != nil {
 			p.deadLetter(ctx, m, err) // cannot ever succeed: do not retry
 			continue
 		}
+		entries = append(entries, m)
 		orders = append(orders, o)
-		ids = append(ids, m.ID)
 	}
 	if len(orders) == 0 {
 		return
 	}
-	err := p.svc.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return writeBatch(tx, orders) })
+	err := p.write(ctx, deadline, orders)
 	if err == nil {
-		p.ack(ctx, ids, orders)
+		p.ack(ctx, entries, orders)
 		return
 	}
 	// The batch failed as a whole. Write its entries one by one, so that
 	// one bad entry cannot hold the others back.
 	p.log.Warn("batch failed; writing its entries one by one", "size", len(orders), "err", err)
 	for i, o := range orders {
-		err := p.svc.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return writeBatch(tx, []Order{o}) })
+		if time.Now().After(deadline) {
+			return // the rest stay pending for the next attempt
+		}
+		err := p.write(ctx, deadline, []Order{o})
 		switch {
 		case err == nil:
-			p.ack(ctx, ids[i:i+1], orders[i:i+1])
+			p.ack(ctx, entries[i:i+1], orders[i:i+1])
 		case errors.Is(err, ErrSoldOut) || errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, errIDCollision):
-			p.deadLetter(ctx, msgs[indexOf(msgs, ids[i])], err) // MySQL refuses it: retrying cannot help
-		case p.deliveries(ctx, ids[i]) >= p.cfg.MaxDeliveries:
-			p.deadLetter(ctx, msgs[indexOf(msgs, ids[i])], err)
+			p.deadLetter(ctx, entries[i], err) // MySQL refuses it for good: retrying cannot help
+		case refused(err) && p.deliveries(ctx, entries[i].ID) >= p.cfg.MaxDeliveries:
+			p.deadLetter(ctx, entries[i], err) // MySQL answered, with the same error, again and again
 		default:
-			// Left pending: catchUp or another consumer's claim retries it.
+			// MySQL unreachable, a timeout, a lock wait or a deadlock:
+			// left pending, however long it takes. catchUp or another
+			// consumer's claim tries again; an accepted order is never
+			// given up because MySQL was away.
 		}
 	}
 }
 
-func indexOf(msgs []redis.XMessage, id string) int {
-	for i, m := range msgs {
-		if m.ID == id {
-			return i
-		}
+// write runs writeBatch in a transaction that must end by deadline.
+func (p *Persister) write(ctx context.Context, deadline time.Time, orders []Order) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return p.svc.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return writeBatch(tx, orders) })
+}
+
+// refused reports whether MySQL itself answered err (a statement it
+// would not run), as opposed to not answering, timing out, or a lock wait
+// or deadlock, which are worth retrying forever.
+func refused(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
 	}
-	return 0
+	switch me.Number {
+	case 1205, 1213, 1040, 1203, 1317: // lock wait timeout, deadlock, too many connections, user connections, interrupted
+		return false
+	}
+	return true
 }
 
 // errIDCollision is an entry whose order ID another order already has.
 var errIDCollision = errors.New("order ID collision")
+
+// errWrittenMeanwhile: the order was written by another writer while this
+// one tried (a claim raced a slow consumer). The transaction rolls back;
+// the next attempt finds the row and settles the entry.
+var errWrittenMeanwhile = errors.New("order written meanwhile by another writer")
 
 // writeBatch writes orders in one transaction: skip those already written
 // (a redelivery), insert the rest in one multi-row INSERT, and take each
@@ -262,12 +293,21 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 		return nil
 	}
 	if err := tx.Create(&fresh).Error; err != nil {
-		if errors.Is(err, gorm.ErrDuplicatedKey) {
-			return ErrAlreadyOrdered // a user's second order under another ID
+		if errors.Is(err, gorm.ErrDuplicatedKey) && len(fresh) == 1 {
+			// One order: tell which key it hit. The same order written
+			// meanwhile by another writer is success; the user's other
+			// order is a refusal.
+			if err := duplicate(tx, &fresh[0]); err != nil {
+				return err
+			}
+			return errWrittenMeanwhile
 		}
 		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
 	}
-	for voucherID, n := range units {
+	// Voucher rows are locked in ID order, so that two batches touching the
+	// same vouchers cannot each hold one the other waits for (a deadlock).
+	for _, voucherID := range slices.Sorted(maps.Keys(units)) {
+		n := units[voucherID]
 		res := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ? AND stock >= ?", n, voucherID, n)
 		if res.Error != nil {
 			return fmt.Errorf("deduct %d from voucher %d: %w", n, voucherID, res.Error)
@@ -281,13 +321,17 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 
 // ack acknowledges settled entries and forgets their pending markers, in
 // one round trip.
-func (p *Persister) ack(ctx context.Context, ids []string, orders []Order) {
-	pipe := p.svc.rdb.Pipeline()
-	pipe.XAck(ctx, streamKey, groupName, ids...)
+func (p *Persister) ack(ctx context.Context, entries []redis.XMessage, orders []Order) {
+	ids := make([]string, len(entries))
+	for i, m := range entries {
+		ids[i] = m.ID
+	}
 	fields := make([]string, len(orders))
 	for i, o := range orders {
 		fields[i] = strconv.FormatInt(o.ID, 10)
 	}
+	pipe := p.svc.rdb.Pipeline()
+	pipe.XAck(ctx, streamKey, groupName, ids...)
 	pipe.HDel(ctx, pendingKey, fields...)
 	if _, err := pipe.Exec(ctx); err != nil {
 		// Not acknowledged: the entries are delivered again and found

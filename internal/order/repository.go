@@ -27,7 +27,10 @@ func insert(tx *gorm.DB, o *Order) error {
 	err := tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at) VALUES (?, ?, ?, ?, ?)",
 		o.ID, o.UserID, o.VoucherID, o.Status, o.CreatedAt).Error
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
-		return duplicate(tx, o)
+		if err := duplicate(tx, o); err != nil {
+			return err
+		}
+		return nil // already written: its stock was taken with it
 	}
 	if err != nil {
 		return fmt.Errorf("insert order: %w", err)
@@ -48,14 +51,22 @@ func insert(tx *gorm.DB, o *Order) error {
 // new ID and tries again.
 var errIDTaken = errors.New("order ID already used")
 
-// duplicate tells which unique key an INSERT hit: the user's order for
-// this voucher, or the primary key.
+// duplicate tells which unique key an INSERT of o hit: nil if o itself is
+// already there (a commit whose answer was lost, then retried),
+// ErrAlreadyOrdered if the user holds another order of the voucher,
+// errIDTaken if another order has o's ID.
 func duplicate(tx *gorm.DB, o *Order) error {
-	var n int64
-	if err := tx.Model(&Order{}).Where("user_id = ? AND voucher_id = ?", o.UserID, o.VoucherID).Count(&n).Error; err != nil {
+	var same, user int64
+	if err := tx.Model(&Order{}).Where("id = ? AND user_id = ? AND voucher_id = ?", o.ID, o.UserID, o.VoucherID).Count(&same).Error; err != nil {
 		return fmt.Errorf("check duplicate order: %w", err)
 	}
-	if n > 0 {
+	if same > 0 {
+		return nil
+	}
+	if err := tx.Model(&Order{}).Where("user_id = ? AND voucher_id = ?", o.UserID, o.VoucherID).Count(&user).Error; err != nil {
+		return fmt.Errorf("check duplicate order: %w", err)
+	}
+	if user > 0 {
 		return ErrAlreadyOrdered
 	}
 	return errIDTaken

@@ -130,7 +130,9 @@ func (s *Service) take(ctx context.Context, voucherID, userID int64) (int64, err
 		}
 		res, id, err := s.stocks.Take(ctx, voucherID, userID, slot)
 		if err != nil {
-			return 0, apperr.Down(err) // the script did not run: nothing taken
+			// Nothing taken; or, if only the reply was lost, a unit under
+			// a hold that the sweeper gives back.
+			return 0, apperr.Down(err)
 		}
 		switch res {
 		case stock.Taken:
@@ -144,7 +146,7 @@ func (s *Service) take(ctx context.Context, voucherID, userID int64) (int64, err
 			s.rememberBuyer(voucherID, userID)
 			return 0, ErrAlreadyOrdered
 		case stock.AlreadyBuying:
-			return 0, ErrAlreadyOrdered
+			return 0, ErrBusy // the other request may yet fail: try again
 		case stock.IDsExhausted:
 			return 0, ErrIDsExhausted
 		}
@@ -300,9 +302,16 @@ func (s *Service) rememberSoldOut(voucherID int64) {
 // Get returns an order to its owner or an admin; to anyone else it does
 // not exist.
 func (s *Service) Get(ctx context.Context, id, callerID int64, admin bool) (View, error) {
-	o, err := find(ctx, s.db, id)
-	if err == nil && o == nil && s.cfg.Async {
+	var o *Order
+	var err error
+	if s.cfg.Async {
+		// Pending first: the persister commits the row, then forgets the
+		// marker, so one of the two reads finds the order whenever it is
+		// read. MySQL first could miss it between the two.
 		o, err = s.findPending(ctx, id)
+	}
+	if err == nil && o == nil {
+		o, err = find(ctx, s.db, id)
 	}
 	if err != nil {
 		return View{}, apperr.Down(err)

@@ -32,7 +32,8 @@ func (s *Service) Sweep(ctx context.Context) error {
 }
 
 func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
-	if _, err := s.vouchers.Find(ctx, voucherID); errors.Is(err, voucher.ErrNotFound) {
+	v, err := s.vouchers.Find(ctx, voucherID)
+	if errors.Is(err, voucher.ErrNotFound) {
 		// Not in this database: its keys belong to another deployment
 		// sharing the Redis database (a mistake, but not ours to sweep).
 		return nil
@@ -63,6 +64,14 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 			}
 		}
 	}
+	if s.now().After(v.EndTime.Add(time.Hour)) {
+		// An hour after the sale: no request can still hold a unit (holds
+		// expired long ago), so the voucher leaves the sweeper's list.
+		if len(users) == 0 {
+			return s.stocks.Forget(ctx, voucherID)
+		}
+		return nil
+	}
 	fixed, err := s.stocks.Reconcile(ctx, voucherID, func(ctx context.Context) (int64, error) {
 		if s.cfg.Async {
 			// Orders still in the stream hold units MySQL does not show
@@ -91,13 +100,13 @@ func (s *Service) RunSweeper(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		lk, err := s.locks.Obtain(ctx, "sweeper", every)
-		if err != nil {
+		// The lock is not released: it expires before the next tick, so
+		// the other instances skip this round even if the sweep was quick,
+		// and whoever comes first takes the next one.
+		if _, err := s.locks.Obtain(ctx, "sweeper", every*9/10); err != nil {
 			continue // another instance sweeps this round, or Redis is down
 		}
-		// The lock is not released: it expires with the round, so the
-		// other instances skip it even if this sweep was quick.
-		if err := s.Sweep(lk.Context()); err != nil && ctx.Err() == nil {
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "sweep", "err", err)
 		}
 	}

@@ -94,9 +94,13 @@ func (s *Service) writeGroup(batch []*write) {
 		for i, w := range live {
 			orders[i] = *w.order
 		}
-		// The batch belongs to no single request: it gets the time one
-		// request would have.
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+		// The batch runs under every member's context at once: if any
+		// member's lock is lost or its time runs out, the batch rolls back,
+		// and the others are written one by one below.
+		ctx, cancel := context.WithCancel(context.Background())
+		for _, w := range live {
+			defer context.AfterFunc(w.ctx, cancel)()
+		}
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return writeBatch(tx, orders) })
 		cancel()
 		if err == nil {

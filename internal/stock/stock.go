@@ -3,7 +3,9 @@
 // touching MySQL.
 //
 // Per voucher it keeps three keys, all with the hash tag {v<ID>} so that
-// they live in one Redis Cluster slot and one Lua script may touch them all:
+// they live in one Redis Cluster slot and one Lua script may touch them all
+// (take.lua also draws the order ID from idworker's day key, which lives in
+// another slot: on Redis Cluster, draw the ID with a call of its own):
 //
 //	seckill:{v7}:stock   units left
 //	seckill:{v7}:buyers  users who took a unit (one order per user)
@@ -239,6 +241,14 @@ func (s *Store) Left(ctx context.Context, voucherID int64) (n int64, ok bool, er
 		return 0, false, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
 	}
 	return n, true, nil
+}
+
+// Forget takes a voucher off the sweeper's list; its keys stay.
+func (s *Store) Forget(ctx context.Context, voucherID int64) error {
+	if err := s.rdb.SRem(ctx, indexKey, voucherID).Err(); err != nil {
+		return fmt.Errorf("forget voucher %d: %w", voucherID, err)
+	}
+	return nil
 }
 
 // Vouchers lists the vouchers that have stock keys.

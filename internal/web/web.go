@@ -119,8 +119,3 @@ func Recover(log *slog.Logger) gin.HandlerFunc {
 func NotFound(c *gin.Context) {
 	abort(c, http.StatusNotFound, apperr.NotFound, "no such endpoint")
 }
-
-// MethodNotAllowed answers a known path with the wrong method.
-func MethodNotAllowed(c *gin.Context) {
-	abort(c, http.StatusMethodNotAllowed, apperr.InvalidArgument, "method not allowed on this path")
-}
