@@ -138,7 +138,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 func (c config) WriteTimeout() time.Duration { return c.StockHold / 3 }
 
 // normaliseDSN makes sure times come back as time.Time in UTC, whatever
-// the DSN said: the code stores and compares UTC.
+// the DSN said (the code stores and compares UTC), and sets the driver's
+// options the server relies on.
 func normaliseDSN(dsn string) (string, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -151,6 +152,17 @@ func normaliseDSN(dsn string) (string, error) {
 	// instead of six for the order's INSERT and UPDATE. Safe with the
 	// utf8mb4 charset used here (the driver refuses it for GBK/BIG5 & co).
 	cfg.InterpolateParams = true
+	// A MySQL that stops answering must fail requests and batches, not
+	// hang them (and shutdown with them). Kept if the DSN sets its own.
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
 	return cfg.FormatDSN(), nil
 }
 
