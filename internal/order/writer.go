@@ -98,11 +98,15 @@ func (s *Service) writeGroup(batch []*write) {
 		// member's lock is lost or its time runs out, the batch rolls back,
 		// and the others are written one by one below.
 		ctx, cancel := context.WithCancel(context.Background())
-		for _, w := range live {
-			defer context.AfterFunc(w.ctx, cancel)()
+		watches := make([]func() bool, len(live))
+		for i, w := range live {
+			watches[i] = context.AfterFunc(w.ctx, cancel) // cancel the batch when w's context ends
 		}
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return writeBatch(tx, orders) })
 		cancel()
+		for _, stop := range watches {
+			stop()
+		}
 		if err == nil {
 			for _, w := range live {
 				w.done <- nil
