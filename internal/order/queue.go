@@ -68,12 +68,10 @@ func (p *Persister) Run(ctx, drain context.Context) {
 			p.trim(drain)
 		default:
 		}
-		n, err := p.readNew(drain, 200*time.Millisecond)
-		if err != nil {
+		if _, err := p.readNew(drain, 200*time.Millisecond); err != nil {
 			p.log.Warn("read stream", "err", err)
 			sleep(ctx, time.Second)
 		}
-		_ = n
 	}
 	// Shutting down: the HTTP server has stopped accepting, so what is
 	// left is finite. Write it, bounded by the drain deadline.

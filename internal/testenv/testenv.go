@@ -111,13 +111,6 @@ func MySQLDSN(t testing.TB) string {
 	return dsn
 }
 
-// MySQL returns a gorm handle on a fresh, migrated database, configured as
-// the server configures its own.
-func MySQL(t testing.TB) *gorm.DB {
-	t.Helper()
-	return Open(t, MySQLDSN(t))
-}
-
 // Open opens dsn with the server's gorm settings and a small pool.
 func Open(t testing.TB, dsn string) *gorm.DB {
 	t.Helper()
