@@ -5,6 +5,13 @@
 // afterwards) and SECKILL_TEST_REDIS_ADDR. When one is not set the test is
 // skipped, unless SECKILL_REQUIRE_INTEGRATION=1, when it fails: CI sets
 // that, so a missing server can never turn into a green run.
+//
+// Those servers are shared with every package's tests. A test that kills a
+// server, restarts it or makes it read-only starts one of its own instead:
+// StartMariaDB and StartRedis (servers.go), under the same rule when the
+// binaries are missing. Package faultproxy puts a proxy between a client
+// and either kind of server, to cut, stall, slow or half-answer the
+// connections while a sale runs.
 package testenv
 
 import (
@@ -31,12 +38,19 @@ func need(t testing.TB, name string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
-		if os.Getenv("SECKILL_REQUIRE_INTEGRATION") == "1" {
-			t.Fatalf("%s is not set and SECKILL_REQUIRE_INTEGRATION=1", name)
-		}
-		t.Skipf("%s is not set; skipping integration test", name)
+		unavailable(t, name+" is not set")
 	}
 	return v
+}
+
+// unavailable skips t because what it needs is missing, or fails it when
+// SECKILL_REQUIRE_INTEGRATION=1.
+func unavailable(t testing.TB, missing string) {
+	t.Helper()
+	if os.Getenv("SECKILL_REQUIRE_INTEGRATION") == "1" {
+		t.Fatalf("%s and SECKILL_REQUIRE_INTEGRATION=1", missing)
+	}
+	t.Skipf("%s; skipping integration test", missing)
 }
 
 // RedisAddr returns the test Redis' address.
