@@ -6,6 +6,10 @@
 // named lock GET_LOCK('seckill.migrate.<database>') first, so exactly one applies and
 // the others find the work done. Files hold plain statements separated by
 // a semicolon at the end of a line.
+//
+// Every statement must answer within the DSN's readTimeout, or the driver
+// gives up on it and the connection: so the lock is not waited for in one
+// long GET_LOCK, but tried again and again, each try answered at once.
 package migrations
 
 import (
@@ -17,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 //go:embed mysql/*.sql sqlite/*.sql
@@ -49,17 +54,8 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
 	}
 	defer conn.Close()
 	if dialect == MySQL {
-		// Named locks are server-wide: the database's name in the lock's
-		// keeps deployments sharing a server from waiting on each other.
-		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('seckill.migrate.', DATABASE()), 60)").Scan(&got); err != nil {
-			return fmt.Errorf("migrations: take lock: %w", err)
-		}
-		switch {
-		case !got.Valid:
-			return fmt.Errorf("migrations: GET_LOCK failed")
-		case got.Int64 != 1:
-			return fmt.Errorf("migrations: another instance held the migration lock for 60s")
+		if err := lock(ctx, conn); err != nil {
+			return err
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(CONCAT('seckill.migrate.', DATABASE()))")
 	}
@@ -82,6 +78,47 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
 		}
 	}
 	return nil
+}
+
+const (
+	// lockWait is how long Apply waits for another instance to finish
+	// migrating before it gives up (ctx may end the wait sooner).
+	lockWait = 60 * time.Second
+	// lockRetry is the pause between two tries of the lock.
+	lockRetry = 250 * time.Millisecond
+)
+
+// lock takes the migration lock on conn, waiting up to lockWait for
+// another instance to release it.
+//
+// Each GET_LOCK waits 0 seconds on the server and the waiting is done
+// here, between tries. A GET_LOCK that waited on the server would be a
+// statement as long as its wait: the driver would give up on it after
+// the DSN's readTimeout (the server sets a third of STOCK_HOLD, 1s at the
+// least) and fail the start of every instance but the first.
+func lock(ctx context.Context, conn *sql.Conn) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		// Named locks are server-wide: the database's name in the lock's
+		// keeps deployments sharing a server from waiting on each other.
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('seckill.migrate.', DATABASE()), 0)").Scan(&got); err != nil {
+			return fmt.Errorf("migrations: take lock: %w", err)
+		}
+		switch {
+		case !got.Valid:
+			return fmt.Errorf("migrations: GET_LOCK failed")
+		case got.Int64 == 1:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("migrations: another instance held the migration lock for %s", lockWait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrations: wait for the migration lock: %w", ctx.Err())
+		case <-time.After(lockRetry):
+		}
+	}
 }
 
 type step struct {

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,9 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
-	_ "github.com/glebarez/go-sqlite"  // registers the "sqlite" driver the embedded demo uses
-	_ "github.com/go-sql-driver/mysql" // registers the "mysql" driver
+	_ "github.com/glebarez/go-sqlite" // registers the "sqlite" driver the embedded demo uses
+	"github.com/go-sql-driver/mysql"  // and the "mysql" driver
 
 	"seckill/internal/testenv"
 	"seckill/migrations"
@@ -243,6 +245,89 @@ func TestApplyMySQLConcurrently(t *testing.T) {
 	}
 	if got, want := mysqlSchema(t, dbs[0]), mysqlSchema(t, openMySQL(t)); !reflect.DeepEqual(got, want) {
 		t.Errorf("concurrent apply gave another schema:\n got %v\nwant %v", got, want)
+	}
+}
+
+// holdMigrationLock takes the migration lock of dsn's database on a
+// connection of its own, as another instance migrating would, and returns
+// a function that releases it.
+func holdMigrationLock(t *testing.T, dsn string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(CONCAT('seckill.migrate.', DATABASE()), 0)").Scan(&got); err != nil || got != 1 {
+		t.Fatalf("take the migration lock: %d, %v", got, err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			conn.ExecContext(ctx, "SELECT RELEASE_LOCK(CONCAT('seckill.migrate.', DATABASE()))")
+			conn.Close()
+			db.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestApplyMySQLWaitsForTheLock: an instance finds the migration lock held
+// for longer than its DSN's readTimeout, as at a start of several instances
+// with a short STOCK_HOLD. It must wait and then succeed: a single GET_LOCK
+// waiting on the server would outlast the readTimeout and be cut off by
+// the driver.
+func TestApplyMySQLWaitsForTheLock(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ReadTimeout = time.Second
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	const held = 2500 * time.Millisecond
+	release := holdMigrationLock(t, dsn)
+	time.AfterFunc(held, release)
+	began := time.Now()
+	if err := migrations.Apply(context.Background(), db, migrations.MySQL); err != nil {
+		t.Fatalf("apply while another held the lock for %s (readTimeout 1s): %v", held, err)
+	}
+	if waited := time.Since(began); waited < held-100*time.Millisecond {
+		t.Errorf("apply returned after %s, before the lock held for %s was released", waited, held)
+	}
+}
+
+// TestApplyMySQLWaitEndsWithContext: waiting for the lock ends when ctx
+// does (SIGTERM during start-up), with ctx's error.
+func TestApplyMySQLWaitEndsWithContext(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	holdMigrationLock(t, dsn)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	began := time.Now()
+	err = migrations.Apply(ctx, db, migrations.MySQL)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("apply with the lock held and a 1s context: %v, want the context's deadline", err)
+	}
+	if waited := time.Since(began); waited > 3*time.Second {
+		t.Errorf("apply returned %s after its context ended", waited-time.Second)
 	}
 }
 

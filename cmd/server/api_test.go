@@ -23,6 +23,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/auth"
 	"seckill/internal/idworker"
 	"seckill/internal/lock"
 	"seckill/internal/order"
@@ -824,4 +825,292 @@ func TestAPIPanicIsInternal(t *testing.T) {
 			t.Errorf("/healthz after panics: %d %s", r.Status, r.Raw)
 		}
 	})
+}
+
+// defaultCodeLimits put the login code limits the harness turns off back
+// to their defaults (an empty value is the default), and trust the test's
+// own address, 127.0.0.1, as a proxy: each test then names a client
+// address of its own in X-Forwarded-For, and tests sharing Redis never
+// share an address's count.
+var defaultCodeLimits = []string{
+	"AUTH_CODE_INTERVAL", "",
+	"AUTH_CODES_PER_DAY", "",
+	"AUTH_CODES_PER_ADDR_PER_MIN", "",
+	"TRUSTED_PROXIES", "127.0.0.1",
+}
+
+// clientAddr returns an address no other test uses, for X-Forwarded-For.
+func clientAddr() string {
+	n := testenv.ID()
+	return fmt.Sprintf("10.%d.%d.%d", n>>16&0xff, n>>8&0xff, n&0xff)
+}
+
+// askCode asks for a login code for phone from client address addr
+// (sent as X-Forwarded-For; "" for none).
+func askCode(t *testing.T, base, phone, addr string) (reply, http.Header) {
+	t.Helper()
+	h := http.Header{}
+	if addr != "" {
+		h.Set("X-Forwarded-For", addr)
+	}
+	return apiDo(t, "POST", base+"/auth/code", h, fmt.Sprintf(`{"phone": %q}`, phone), false)
+}
+
+// logIn tries phone's code.
+func logIn(t *testing.T, base, phone, code string) (reply, http.Header) {
+	t.Helper()
+	return apiDo(t, "POST", base+"/auth/login", nil, fmt.Sprintf(`{"phone": %q, "code": %q}`, phone, code), false)
+}
+
+// expectBusy checks a 429 busy in the envelope whose Retry-After is an
+// integer number of seconds in [lo, hi].
+func expectBusy(t *testing.T, r reply, h http.Header, lo, hi int) {
+	t.Helper()
+	expectError(t, r, http.StatusTooManyRequests, "busy")
+	s := h.Get("Retry-After")
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n < lo || n > hi {
+		t.Errorf("Retry-After %q, want whole seconds from %d to %d", s, lo, hi)
+	}
+}
+
+// anotherCode is a 6-digit code that is not code.
+func anotherCode(code string) string {
+	n, _ := strconv.Atoi(code)
+	return fmt.Sprintf("%06d", (n+1)%1_000_000)
+}
+
+// TestAPILoginCodeLimits drives the login code limits over HTTP, on
+// an instance with the default limits.
+func TestAPILoginCodeLimits(t *testing.T) {
+	s := startAPI(t, defaultCodeLimits...)
+	base := s.Base
+
+	t.Run("a second code within 60s", func(t *testing.T) {
+		phone, addr := apiPhone(), clientAddr()
+		r, _ := askCode(t, base, phone, addr)
+		if r.Status != http.StatusOK {
+			t.Fatalf("first code: %d %s", r.Status, r.Raw)
+		}
+		code := r.Str("code")
+		again, h := askCode(t, base, phone, addr)
+		expectBusy(t, again, h, 55, 60)
+		// From another address too: the limit is the phone's.
+		again, h = askCode(t, base, phone, clientAddr())
+		expectBusy(t, again, h, 55, 60)
+		// The first code still logs in.
+		if r, _ := logIn(t, base, phone, code); r.Status != http.StatusOK {
+			t.Errorf("login with the first code: %d %s", r.Status, r.Raw)
+		}
+	})
+
+	t.Run("five wrong guesses burn the code", func(t *testing.T) {
+		phone := apiPhone()
+		r, _ := askCode(t, base, phone, clientAddr())
+		code := r.Str("code")
+		for range 5 {
+			r, _ := logIn(t, base, phone, anotherCode(code))
+			expectError(t, r, http.StatusUnauthorized, "unauthorized")
+		}
+		r, _ = logIn(t, base, phone, code)
+		expectError(t, r, http.StatusUnauthorized, "unauthorized")
+	})
+
+	t.Run("21st code request from one address within a minute", func(t *testing.T) {
+		addr := clientAddr()
+		for i := range 20 {
+			if r, _ := askCode(t, base, apiPhone(), addr); r.Status != http.StatusOK {
+				t.Fatalf("request %d: %d %s", i+1, r.Status, r.Raw)
+			}
+		}
+		r, h := askCode(t, base, apiPhone(), addr)
+		expectBusy(t, r, h, 50, 60)
+		// A client of the same proxy with another address is not slowed.
+		if r, _ := askCode(t, base, apiPhone(), clientAddr()); r.Status != http.StatusOK {
+			t.Errorf("another address: %d %s", r.Status, r.Raw)
+		}
+	})
+
+	// Guesses are the phone's, not the code's: a resend does not reset
+	// them, and the tenth wrong guess of the day locks the phone for 15
+	// minutes. Resending at once needs the interval off; every other
+	// limit is the default.
+	t.Run("guesses survive resends; the daily lock", func(t *testing.T) {
+		s := startAPI(t, append(defaultCodeLimits, "AUTH_CODE_INTERVAL", "0")...)
+		base := s.Base
+		phone, addr := apiPhone(), clientAddr()
+		send := func(t *testing.T) string {
+			t.Helper()
+			r, _ := askCode(t, base, phone, addr)
+			if r.Status != http.StatusOK {
+				t.Fatalf("auth/code: %d %s", r.Status, r.Raw)
+			}
+			return r.Str("code")
+		}
+		guess := func(t *testing.T, code string, n int) {
+			t.Helper()
+			for range n {
+				r, _ := logIn(t, base, phone, anotherCode(code))
+				expectError(t, r, http.StatusUnauthorized, "unauthorized")
+			}
+		}
+		guess(t, send(t), 3)
+		code := send(t) // 3 wrong so far; this code gets 5 of its own
+		guess(t, code, 5)
+		r, _ := logIn(t, base, phone, code)
+		expectError(t, r, http.StatusUnauthorized, "unauthorized") // burnt
+		code = send(t)
+		guess(t, code, 2) // 3 + 5 + 2: the tenth wrong guess of the day
+		r, h := logIn(t, base, phone, code)
+		expectBusy(t, r, h, 14*60, 15*60)
+		r, h = askCode(t, base, phone, addr)
+		expectBusy(t, r, h, 14*60, 15*60)
+	})
+}
+
+// TestAPIClientAddress checks where the per-address limit takes the
+// client's address from: the connection, and X-Forwarded-For only when
+// the connection comes from a proxy in TRUSTED_PROXIES. It drives the
+// server's router directly, so each request can come from any peer.
+func TestAPIClientAddress(t *testing.T) {
+	proxy := clientAddr()
+	st := newStack(t, 0)
+	env := st.env(freeAddr(t), "AUTH_CODES_PER_ADDR_PER_MIN", "2", "TRUSTED_PROXIES", proxy+",2001:db8::/32")
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stores, err := openStores(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stores.close)
+	a, err := newApp(cfg, stores, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ask sends a code request from peer with the given headers.
+	ask := func(peer string, header ...string) int {
+		req := httptest.NewRequest("POST", "/auth/code", strings.NewReader(fmt.Sprintf(`{"phone": %q}`, apiPhone())))
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = net.JoinHostPort(peer, "40000")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		a.router.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	tests := []struct {
+		name string
+		// req returns the i-th request's peer and headers.
+		req  func(i int) (string, []string)
+		want []int // statuses of three requests
+	}{
+		{
+			"untrusted peer, a fresh X-Forwarded-For each time: ignored",
+			func(int) (string, []string) { return "", []string{"X-Forwarded-For", clientAddr()} },
+			[]int{200, 200, 429},
+		},
+		{
+			"untrusted peer, a fresh X-Real-IP each time: ignored",
+			func(int) (string, []string) { return "", []string{"X-Real-IP", clientAddr()} },
+			[]int{200, 200, 429},
+		},
+		{
+			"trusted proxy forwarding three clients: each counted alone",
+			func(int) (string, []string) { return proxy, []string{"X-Forwarded-For", clientAddr()} },
+			[]int{200, 200, 200},
+		},
+		{
+			"proxy in a trusted CIDR forwarding three clients",
+			func(int) (string, []string) { return "2001:db8::77", []string{"X-Forwarded-For", clientAddr()} },
+			[]int{200, 200, 200},
+		},
+		{
+			"trusted proxy forwarding one client that puts fresh addresses before its own",
+			nil, // filled in below: the client's address is fixed
+			[]int{200, 200, 429},
+		},
+		{
+			"trusted proxy, X-Real-IP only: the proxy is the client",
+			nil,
+			[]int{200, 200, 429},
+		},
+	}
+	client := clientAddr()
+	tests[4].req = func(int) (string, []string) {
+		return proxy, []string{"X-Forwarded-For", clientAddr() + ", " + client}
+	}
+	n := testenv.ID() // a /64 of its own: IPv6 addresses are counted per /64
+	otherProxy := fmt.Sprintf("2001:db8:%x:%x::1", n>>16&0xffff, n&0xffff)
+	tests[5].req = func(int) (string, []string) { return otherProxy, []string{"X-Real-IP", clientAddr()} }
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			peer := clientAddr() // an untrusted peer of this case's own
+			var got []int
+			for i := range tt.want {
+				p, h := tt.req(i)
+				if p == "" {
+					p = peer
+				}
+				got = append(got, ask(p, h...))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("statuses %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAPILoginCodesNotLogged checks that a login code reaches the log only
+// where it is shown anyway: the demo and AUTH_DEV_CODES=true.
+func TestAPILoginCodesNotLogged(t *testing.T) {
+	st := newStack(t, 0)
+	tests := []struct {
+		name   string
+		env    map[string]string
+		logged bool
+	}{
+		{"AUTH_DEV_CODES=false", st.env(freeAddr(t), "AUTH_DEV_CODES", "false"), false},
+		{"AUTH_DEV_CODES unset", st.env(freeAddr(t), "AUTH_DEV_CODES", ""), false},
+		{"AUTH_DEV_CODES=true", st.env(freeAddr(t), "AUTH_DEV_CODES", "true"), true},
+		{"embedded demo", map[string]string{"HTTP_ADDR": freeAddr(t)}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := start(t, tt.env)
+			phone := apiPhone()
+			r := mustCall(t, "POST", in.Base+"/auth/code", "", map[string]string{"phone": phone})
+			if r.Status != http.StatusOK || r.Body["sent"] != true {
+				t.Fatalf("auth/code: %d %s", r.Status, r.Raw)
+			}
+			code := r.Str("code")
+			if tt.logged != (code != "") {
+				t.Fatalf("answer %s: the code is in it: %v, want %v", r.Raw, code != "", tt.logged)
+			}
+			if code == "" { // not shown: read it where the server keeps it
+				var err error
+				code, err = testenv.Redis(t, st.RedisDB).HGet(context.Background(), auth.CodeKey(phone), "code").Result()
+				if err != nil || len(code) != 6 {
+					t.Fatalf("code of %s in Redis: %q, %v", phone, code, err)
+				}
+			}
+			// Stopped, so that every line is written.
+			if err := in.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			log := in.log.String()
+			if got := strings.Contains(log, code); got != tt.logged {
+				t.Errorf("the log holds the code %s: %v, want %v:\n%s", code, got, tt.logged, log)
+			}
+			if !strings.Contains(log, "login code") {
+				t.Errorf("the log does not say a code was sent:\n%s", log)
+			}
+			if !tt.logged && strings.Contains(log, phone) {
+				t.Errorf("the log holds the phone %s unmasked:\n%s", phone, log)
+			}
+		})
+	}
 }

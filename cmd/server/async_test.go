@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"seckill/internal/testenv"
+	"seckill/internal/testenv/faultproxy"
 )
 
 // Async mode: orders are accepted in Redis and written by the consumer
@@ -34,11 +36,14 @@ func waitWritten(t *testing.T, db *gorm.DB, rdb *redis.Client, vid string, won m
 		}
 		lag := rdb.XLen(context.Background(), "seckill:orders").Val()
 		pending, _ := rdb.XPending(context.Background(), "seckill:orders", "persist").Result()
-		if missing == 0 && (pending == nil || pending.Count == 0) {
+		// The voucher's count of queued orders (what reconciliation
+		// waits on) must come back to zero with them.
+		queued, _ := rdb.Get(context.Background(), "seckill:{v"+vid+"}:queued").Int64()
+		if missing == 0 && (pending == nil || pending.Count == 0) && queued == 0 {
 			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s, %d orders answered 200 are not in MySQL (stream length %d, pending %+v)", within, missing, lag, pending)
+			t.Fatalf("after %s, %d orders answered 200 are not in MySQL (stream length %d, pending %+v, queued count %d)", within, missing, lag, pending, queued)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -228,6 +233,11 @@ func TestAsyncFailuresRetriedAndDeadLettered(t *testing.T) {
 	if n := len(readState(t, db, rdb, vid).Orders); n != 0 {
 		t.Fatalf("%d orders written through a held row lock", n)
 	}
+	// Sick once, backing off until a real write succeeds: not bouncing
+	// between sick and healthy on a probe that succeeds beside the lock.
+	if n := strings.Count(inst.log.String(), "MySQL does not take writes;"); n != 1 {
+		t.Errorf("the consumer fell sick %d times while the row lock was held, want once", n)
+	}
 	release()
 
 	s := waitWritten(t, db, rdb, vid, won, 20*time.Second)
@@ -236,8 +246,8 @@ func TestAsyncFailuresRetriedAndDeadLettered(t *testing.T) {
 	if r.Status != 200 || r.Body["dead_letters"] != float64(1) {
 		t.Errorf("admin queue view: %d %s, want one dead letter", r.Status, r.Raw)
 	}
-	if !strings.Contains(inst.log.String(), "failed") {
-		t.Errorf("the failed batch was not logged")
+	if !strings.Contains(inst.log.String(), "does not take writes") {
+		t.Errorf("the failing writes were not logged")
 	}
 }
 
@@ -298,4 +308,151 @@ func holdVoucherRow(t *testing.T, dsn, vid string) (release func()) {
 	release = func() { once.Do(func() { tx.Rollback(); raw.Close() }) }
 	t.Cleanup(release)
 	return release
+}
+
+// A consumer that cannot write must not swallow the stream. One instance
+// loses MySQL (its connections cut, new ones refused) but keeps Redis, so
+// it goes on accepting orders; its consumer must stop taking entries and
+// leave its own to go idle, so that the healthy instance's consumer claims
+// and writes every one of them while the sick one is still cut off.
+// (Before: the sick consumer kept reading new entries and rereading its
+// own, which reset their idle time, and nothing it held landed until its
+// MySQL came back.)
+func TestAsyncSickConsumerLetsOthersWrite(t *testing.T) {
+	st := newStack(t, 13)
+	cfg, err := mysql.ParseDSN(st.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.Start(t, cfg.Addr)
+	cfg.Addr = proxy.Addr()
+	sick := start(t, stack{DSN: cfg.FormatDSN(), RedisDB: st.RedisDB}.env(freeAddr(t), "SECKILL_MODE", "async", "CLAIM_IDLE", "2s"))
+	healthy := start(t, st.env(freeAddr(t), "SECKILL_MODE", "async", "CLAIM_IDLE", "2s"))
+	admin, _ := mustLogin(t, healthy.Base, adminPhone)
+	const initial = 200
+	vid := openVoucher(t, healthy.Base, admin, initial)
+	users := loginMany(t, healthy.Base, 150)
+	if r := mustCall(t, "GET", sick.Base+"/vouchers/"+vid, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("warm the sick instance's voucher cache: %d %s", r.Status, r.Raw)
+	}
+	// The day's first order starts the ID sequence, which asks MySQL.
+	var l ledger
+	rush(&l, []*instance{healthy}, users[:1], vid, 1)
+	db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
+
+	proxy.Cut()
+	rush(&l, []*instance{sick, healthy}, users[1:], vid, 1)
+	onlyExpected(t, &l)
+	won := l.wins(t)
+	if len(won) != len(users) {
+		t.Fatalf("%d of %d accepted", len(won), len(users))
+	}
+	// CLAIM_IDLE is 2s: what the sick consumer took goes idle and is
+	// claimed within a few seconds, while its MySQL stays cut.
+	s := waitWritten(t, db, rdb, vid, won, 15*time.Second)
+	checkInvariants(t, s, initial, won)
+	if !strings.Contains(sick.log.String(), "does not take writes") {
+		t.Errorf("the sick consumer never noticed")
+	}
+	proxy.Heal()
+}
+
+// Dead letters are not a grave. MySQL refuses two users' orders for good
+// (a trigger answers "data too long", a verdict on the row): they go to
+// the dead letters after ASYNC_MAX_DELIVERIES, their orders read "failed",
+// their units are back on sale at once, and their buyers are free. Once the
+// cause is gone, one buyer simply buys again (not turned away by the
+// instance's memory of buyers), and an admin replays the other's order: the
+// same order ID lands. Replaying the first one's is refused with its
+// reason, since that buyer now holds an order. The numbers add up.
+func TestAsyncDeadLetterSettledAndReplayed(t *testing.T) {
+	st := newStack(t, 11)
+	inst := start(t, st.env(freeAddr(t), "SECKILL_MODE", "async", "CLAIM_IDLE", "2s", "ASYNC_MAX_DELIVERIES", "2"))
+	admin, _ := mustLogin(t, inst.Base, adminPhone)
+	const initial = 10
+	vid := openVoucher(t, inst.Base, admin, initial)
+	users := loginMany(t, inst.Base, 5)
+	db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
+	again, replayed := users[1], users[2]
+	trigger := "CREATE TRIGGER refuse_two BEFORE INSERT ON voucher_orders FOR EACH ROW " +
+		"IF NEW.user_id IN (" + again.ID + ", " + replayed.ID + ") THEN SIGNAL SQLSTATE '22001' SET MYSQL_ERRNO = 1406, MESSAGE_TEXT = 'refused by the test'; END IF"
+	if err := db.Exec(trigger).Error; err != nil {
+		t.Fatal(err)
+	}
+
+	var l ledger
+	for _, u := range users {
+		if o := buy(&l, inst.Base, u, vid); o.Status != http.StatusOK {
+			t.Fatalf("buy: %+v", o)
+		}
+	}
+	first := l.wins(t)
+	letters := map[string]map[string]any{} // user -> dead letter
+	waitFor(t, 20*time.Second, "the refused orders to become dead letters", func() bool {
+		r := mustCall(t, "GET", inst.Base+"/admin/dead-letters", admin, nil)
+		dead, _ := r.Body["dead_letters"].([]any)
+		for _, d := range dead {
+			m, _ := d.(map[string]any)
+			letters[m["user_id"].(string)] = m
+		}
+		return r.Status == http.StatusOK && len(dead) == 2
+	})
+	for _, u := range []user{again, replayed} {
+		if letters[u.ID]["order_id"] != first[u.ID] {
+			t.Fatalf("dead letters %v, want order %s of user %s among them", letters, first[u.ID], u.ID)
+		}
+		if r := mustCall(t, "GET", inst.Base+"/orders/"+first[u.ID], u.Token, nil); r.Str("status") != "failed" {
+			t.Fatalf("a dead-lettered order reads %d %s, want failed", r.Status, r.Raw)
+		}
+	}
+	// Settled: the units are back in Redis, and MySQL never took them.
+	s := readState(t, db, rdb, vid)
+	if s.Stock != initial-3 || len(s.Orders) != 3 || s.RedisStock != initial-3 {
+		t.Fatalf("after the dead letters: mysql stock %d, orders %d, redis stock %d; want %d, 3, %d", s.Stock, len(s.Orders), s.RedisStock, initial-3, initial-3)
+	}
+
+	if r := mustCall(t, "POST", inst.Base+"/admin/dead-letters/replay", admin, map[string]any{}); r.Status != http.StatusBadRequest {
+		t.Errorf("replay with neither ids nor all: %d %s, want 400", r.Status, r.Raw)
+	}
+	if r := mustCall(t, "POST", inst.Base+"/admin/dead-letters/replay", again.Token, map[string]any{"all": true}); r.Status != http.StatusForbidden {
+		t.Errorf("replay by a user: %d, want 403", r.Status)
+	}
+	if err := db.Exec("DROP TRIGGER refuse_two").Error; err != nil {
+		t.Fatal(err)
+	}
+	// The freed buyer buys again, on the instance that accepted the lost
+	// order (its memory of buyers must not answer already_ordered).
+	time.Sleep(time.Second)
+	o := buy(&l, inst.Base, again, vid)
+	if o.Status != http.StatusOK {
+		t.Fatalf("the freed buyer buys again: %+v, want 200", o)
+	}
+	r := mustCall(t, "POST", inst.Base+"/admin/dead-letters/replay", admin, map[string]any{"all": true})
+	results := map[string]string{}
+	res, _ := r.Body["replayed"].([]any)
+	for _, x := range res {
+		m, _ := x.(map[string]any)
+		results[m["order_id"].(string)] = m["result"].(string)
+	}
+	if r.Status != http.StatusOK || results[first[replayed.ID]] != "requeued" || results[first[again.ID]] != "already_ordered" {
+		t.Fatalf("replay all: %d %s, want %s requeued and %s already_ordered", r.Status, r.Raw, first[replayed.ID], first[again.ID])
+	}
+	won := map[string]string{}
+	for u, id := range first {
+		won[u] = id
+	}
+	won[again.ID] = o.OrderID
+	s = waitWritten(t, db, rdb, vid, won, 10*time.Second)
+	checkInvariants(t, s, initial, won)
+	if len(s.Orders) != 5 {
+		t.Errorf("%d orders in the end, want 5", len(s.Orders))
+	}
+	if r := mustCall(t, "GET", inst.Base+"/orders/"+first[replayed.ID], replayed.Token, nil); r.Str("status") != "created" {
+		t.Errorf("the replayed order reads %d %s, want created", r.Status, r.Raw)
+	}
+	r = mustCall(t, "POST", inst.Base+"/admin/dead-letters/replay", admin, map[string]any{"ids": []string{letters[replayed.ID]["id"].(string)}})
+	if res, _ := r.Body["replayed"].([]any); len(res) != 1 || res[0].(map[string]any)["result"] != "not_found" {
+		t.Errorf("replaying it again: %s, want not_found", r.Raw)
+	}
+	waitRest(t, db, rdb, vid, 5*time.Second)
 }

@@ -4,13 +4,17 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"seckill/internal/auth"
 )
 
 // config is everything run reads from the environment. Only cmd/server
@@ -37,6 +41,16 @@ type config struct {
 	ClaimIdle     time.Duration // async mode: idle time before another consumer's entries are claimed
 	Batch         int           // async mode: entries written per transaction
 	MaxDeliveries int64         // async mode: deliveries after which an entry MySQL keeps refusing is dead-lettered
+	AuthLimits    auth.Limits   // login codes: how often sent, how often guessed
+	// TrustedProxies are the IPs and CIDRs whose X-Forwarded-For names
+	// the client's address; empty: none, the address is the peer's.
+	TrustedProxies []string
+	// The buy button's per-user token bucket: SeckillRate requests a
+	// second, SeckillBurst at once (0 rate: off); and the requests one
+	// instance works on at once, beyond which it answers 429 at once.
+	SeckillRate  float64
+	SeckillBurst int
+	MaxInFlight  int
 }
 
 // embedded reports whether to run the single-instance demo: no MySQL and
@@ -87,6 +101,51 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.MaxDeliveries = int64(intVar("ASYNC_MAX_DELIVERIES", 5, 1, 1000))
 	c.Consumer = env("CONSUMER_NAME", defaultConsumer(c.HTTPAddr))
 
+	// Login codes. The limits that only cost SMS and Redis can be turned
+	// off with 0 (tests and load tests log thousands of users in from one
+	// address); the guess limits cannot: without them a 6-digit code is
+	// guessed in a day.
+	lim := auth.DefaultLimits
+	offOrSeconds := func(name string, def time.Duration) time.Duration {
+		v, err := time.ParseDuration(env(name, def.String()))
+		if err != nil || (v != 0 && v < time.Second) {
+			// Retry-After counts whole seconds: a shorter window could
+			// only be announced as one second anyway.
+			errs = append(errs, fmt.Errorf("%s must be 0 (off) or a duration of at least 1s such as %s", name, def))
+		}
+		return v
+	}
+	limitVar := func(name string, def int) int {
+		v, err := strconv.Atoi(env(name, strconv.Itoa(def)))
+		if err != nil || v < 0 || v > maxLimit {
+			errs = append(errs, fmt.Errorf("%s must be an integer from 0 (no limit) to %d", name, maxLimit))
+		}
+		return v
+	}
+	c.AuthLimits = auth.Limits{
+		CodeInterval:       offOrSeconds("AUTH_CODE_INTERVAL", lim.CodeInterval),
+		CodesPerDay:        limitVar("AUTH_CODES_PER_DAY", lim.CodesPerDay),
+		CodesPerAddrPerMin: limitVar("AUTH_CODES_PER_ADDR_PER_MIN", lim.CodesPerAddrPerMin),
+		GuessesPerCode:     intVar("AUTH_GUESSES_PER_CODE", lim.GuessesPerCode, 1, 1000),
+		GuessesPerDay:      intVar("AUTH_GUESSES_PER_DAY", lim.GuessesPerDay, 1, 1000),
+		LockFor:            durVar("AUTH_LOCK_FOR", lim.LockFor),
+	}
+	if l := c.AuthLimits.LockFor; l > 0 && l < time.Second {
+		errs = append(errs, fmt.Errorf("AUTH_LOCK_FOR must be at least 1s (it is %s)", l))
+	}
+	c.SeckillRate = floatVar(env("SECKILL_RATE", "10"), "SECKILL_RATE", &errs)
+	c.SeckillBurst = intVar("SECKILL_BURST", 20, 1, 1_000_000)
+	// By default four requests per Redis connection: a request holds one
+	// only for its round trips, and beyond a few per connection they wait
+	// for one (go-redis' pool timeout) instead of working.
+	c.MaxInFlight = intVar("MAX_IN_FLIGHT", 4*c.RedisPoolSize, 0, 1_000_000)
+	c.TrustedProxies = splitList(env("TRUSTED_PROXIES", ""))
+	for _, p := range c.TrustedProxies {
+		if err := checkProxy(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
 	switch {
 	case c.embedded():
 		c.AdminPhones = splitList(env("ADMIN_PHONES", "13800000000"))
@@ -102,16 +161,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		c.AdminPhones = splitList(env("ADMIN_PHONES", ""))
 		c.DevCodes = boolVar(env("AUTH_DEV_CODES", "false"))
 		c.JWTSecret = []byte(getenv("JWT_SECRET"))
-		if len(c.JWTSecret) < 16 {
-			errs = append(errs, errors.New("JWT_SECRET must be set (16 bytes or more) when MYSQL_DSN or REDIS_ADDR is set; for example: export JWT_SECRET=$(openssl rand -hex 32)"))
+		// HS256 signs with HMAC-SHA256, whose key must be at least as long
+		// as the hash's 32 bytes (RFC 7518, section 3.2): a shorter one is
+		// guessed sooner, and anyone who guesses it mints admin tokens.
+		if len(c.JWTSecret) < minJWTSecret {
+			errs = append(errs, fmt.Errorf("JWT_SECRET must be set (%d bytes or more; it has %d) when MYSQL_DSN or REDIS_ADDR is set; for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, len(c.JWTSecret)))
 		}
-	}
-	if c.MySQLDSN != "" {
-		dsn, err := normaliseDSN(c.MySQLDSN)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		c.MySQLDSN = dsn
 	}
 	if c.Mode != "sync" && c.Mode != "async" {
 		errs = append(errs, fmt.Errorf("SECKILL_MODE must be sync or async, not %q", c.Mode))
@@ -129,18 +184,118 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.StockHold < 3*time.Second {
 		errs = append(errs, fmt.Errorf("STOCK_HOLD must be at least 3s (it is %s)", c.StockHold))
 	}
+	// A sweep takes the sweeper's lock in Redis and reads MySQL: sweeping
+	// more often than this only loads them, and returns no unit sooner
+	// than its hold allows.
+	if c.SweepEvery > 0 && c.SweepEvery < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("SWEEP_EVERY must be at least 100ms (it is %s)", c.SweepEvery))
+	}
+	// The contract: stock taken by a request whose process dies before it
+	// answers is sellable again within 30 seconds. Nobody gives that unit
+	// back but the sweeper, at its first sweep after the hold expired: up
+	// to STOCK_HOLD + SWEEP_EVERY after it was taken. (Compared as a
+	// difference: two durations of 150 years each add up past the largest
+	// Duration, to a negative sum that would pass.)
+	if c.StockHold > 0 && c.SweepEvery > 0 && c.StockHold > returnedWithin-c.SweepEvery {
+		total := c.StockHold + c.SweepEvery
+		if total < 0 { // wrapped round
+			total = math.MaxInt64
+		}
+		errs = append(errs, fmt.Errorf("STOCK_HOLD (%s) + SWEEP_EVERY (%s) is %s, over the %s within which the contract promises that stock taken by a process that died is sellable again (the sweeper returns it at its first sweep after the hold expires); lower STOCK_HOLD or SWEEP_EVERY so that they add up to %s or less",
+			c.StockHold, c.SweepEvery, total, returnedWithin, returnedWithin))
+	}
+	// A consumer gives itself CLAIM_IDLE/2 to write a batch, and MySQL
+	// needs some of that even when healthy. Shorter, and the entries of a
+	// live consumer still writing them are claimed by another: delivered
+	// again, counted towards ASYNC_MAX_DELIVERIES, written twice over. (A
+	// COMMIT that stalls past CLAIM_IDLE/2, up to the read timeout, can
+	// still see its entries claimed: writing an entry twice is a no-op, so
+	// this bound is about wasted work, not about correctness.)
+	if c.ClaimIdle > 0 && c.ClaimIdle < time.Second {
+		errs = append(errs, fmt.Errorf("CLAIM_IDLE must be at least 1s (it is %s): a consumer's batch may take CLAIM_IDLE/2, and the entries of a live consumer must not be claimed while it writes them", c.ClaimIdle))
+	}
+	// The DSN last: its timeouts are derived from STOCK_HOLD, and checked
+	// against it only when STOCK_HOLD itself is valid.
+	if c.MySQLDSN != "" {
+		hold := c.StockHold
+		if hold < 3*time.Second {
+			hold = 0
+		}
+		dsn, err := normaliseDSN(c.MySQLDSN, hold)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.MySQLDSN = dsn
+	}
 	return c, errors.Join(errs...)
 }
 
-// WriteTimeout bounds a request's work between taking stock and committing
-// the order: a third of the hold, so a hold never expires under a request
-// that is still running.
+const (
+	// minJWTSecret is the shortest JWT_SECRET accepted outside the demo.
+	minJWTSecret = 32
+	// returnedWithin is the contract's bound on how long stock taken by a
+	// request that died stays unsellable.
+	returnedWithin = 30 * time.Second
+	// maxLimit bounds the login code limits that 0 turns off.
+	maxLimit = 1_000_000_000
+)
+
+// checkProxy checks one entry of TRUSTED_PROXIES: an IP address or a CIDR,
+// as gin's SetTrustedProxies takes them, and not one that covers every
+// address: trusting every peer's X-Forwarded-For lets each client name its
+// own address, which is gin's default and the hole this setting closes.
+func checkProxy(p string) error {
+	if strings.Contains(p, "/") {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			return fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP address nor a CIDR such as 10.0.0.0/8", p)
+		}
+		// gin (net.IPNet) matches an IPv4 peer against an IPv4-mapped
+		// prefix as against the IPv4 prefix of its last 32 bits: to it,
+		// ::ffff:0:0/96 is 0.0.0.0/0.
+		bits := prefix.Bits()
+		if prefix.Addr().Is4In6() && bits >= 96 {
+			bits -= 96
+		}
+		if bits == 0 {
+			return fmt.Errorf("TRUSTED_PROXIES: %q trusts every peer, so that any client could name its own address; list your proxies' addresses", p)
+		}
+		return nil
+	}
+	if a, err := netip.ParseAddr(p); err != nil || a.Zone() != "" {
+		return fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP address nor a CIDR such as 10.0.0.0/8", p)
+	}
+	return nil
+}
+
+// WriteTimeout bounds a request's work between taking stock and sending
+// the order's COMMIT: a third of the hold, so that with the wait for the
+// COMMIT's answer (readTimeout, see normaliseDSN) a hold never expires
+// under a request that is still writing.
 func (c config) WriteTimeout() time.Duration { return c.StockHold / 3 }
+
+// MySQLTimeout is the DSN's readTimeout and writeTimeout unless the DSN
+// sets its own: a third of the hold, like WriteTimeout. See normaliseDSN.
+func (c config) MySQLTimeout() time.Duration { return c.StockHold / 3 }
+
+// HTTPWriteTimeout is the http.Server's WriteTimeout: how long a request
+// may take, from its headers to the last byte of its answer. It must
+// exceed the longest request, or a 200 whose order is committed reaches
+// its client as a dropped connection. The longest is the seckill path,
+// and each of its waits is bounded: a voucher lookup and the COMMIT's
+// answer by readTimeout (under 2/3 of the hold: loadConfig refuses more);
+// the lock and the write, a stock reload, and looking the order up when
+// the COMMIT's answer was lost by WriteTimeout (a third of the hold)
+// each; Redis before and after by 3s each. That is under 3×STOCK_HOLD +
+// 6s; 4s more to write the answer. The admin endpoints do less. 55s at
+// the default hold: still a bound on a client that never reads.
+func (c config) HTTPWriteTimeout() time.Duration { return 3*c.StockHold + 10*time.Second }
 
 // normaliseDSN makes sure times come back as time.Time in UTC, whatever
 // the DSN said (the code stores and compares UTC), and sets the driver's
-// options the server relies on.
-func normaliseDSN(dsn string) (string, error) {
+// options the server relies on. hold is STOCK_HOLD; 0 if it is invalid
+// (an error already says so), and then the timeouts are left unchecked.
+func normaliseDSN(dsn string, hold time.Duration) (string, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return "", fmt.Errorf("MYSQL_DSN is not a valid go-sql-driver DSN: %v", err)
@@ -157,14 +312,53 @@ func normaliseDSN(dsn string) (string, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
+	if hold == 0 {
+		return cfg.FormatDSN(), nil
+	}
+	// The read and write timeouts also bound how late an order can land.
+	// A request sends its COMMIT before its write deadline (WriteTimeout,
+	// STOCK_HOLD/3, counted from about when it took the unit) and the
+	// group-commit writer then waits for MySQL's answer, which the driver
+	// gives up on after readTimeout. If deadline + readTimeout reached
+	// the hold, a stalled COMMIT could outlive the hold: the sweeper would
+	// find no row and give the unit back, and then the order would land,
+	// selling that unit twice. A third of the hold each leaves the last
+	// third for the sweeper's own check. writeTimeout bounds sending the
+	// COMMIT; it is checked the same way (the packet is small and the
+	// socket idle, so in practice it is sent at once).
+	c := config{StockHold: hold}
 	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = 30 * time.Second
+		cfg.ReadTimeout = c.MySQLTimeout()
 	}
 	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = 30 * time.Second
+		cfg.WriteTimeout = c.MySQLTimeout()
 	}
-	return cfg.FormatDSN(), nil
+	// A statement the driver gave up on goes on waiting on the server: a
+	// locking read (see order.resolve) waits for a row lock up to
+	// innodb_lock_wait_timeout, 50 s by default, holding its own locks
+	// meanwhile. Within the read timeout, the server ends it too.
+	if _, ok := cfg.Params["innodb_lock_wait_timeout"]; !ok {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(cfg.ReadTimeout.Seconds())-1))
+	}
+	var errs []error
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"readTimeout", cfg.ReadTimeout}, {"writeTimeout", cfg.WriteTimeout}} {
+		if c.WriteTimeout()+t.d >= hold {
+			errs = append(errs, fmt.Errorf("MYSQL_DSN sets %s=%s, which with the write deadline of %s (STOCK_HOLD/3) reaches STOCK_HOLD (%s): an order whose COMMIT stalls could land after the sweeper gave its unit back; set %s below %s, or leave it out of the DSN (the server then uses STOCK_HOLD/3, %s)",
+				t.name, t.d, ms(c.WriteTimeout()), hold, t.name, ms(hold-c.WriteTimeout()), ms(c.MySQLTimeout())))
+		}
+	}
+	return cfg.FormatDSN(), errors.Join(errs...)
 }
+
+// ms drops what is below a millisecond, so that a third of 25s reads
+// 8.333s in a message and not 8.333333333s.
+func ms(d time.Duration) time.Duration { return d.Truncate(time.Millisecond) }
 
 // defaultConsumer names this instance's stream consumer after the host and
 // the port it listens on: stable when the same instance restarts (so it
@@ -173,6 +367,16 @@ func defaultConsumer(httpAddr string) string {
 	host, _ := os.Hostname()
 	_, port, _ := net.SplitHostPort(httpAddr)
 	return host + ":" + port
+}
+
+// floatVar parses a rate: a number of requests a second, 0 or more.
+func floatVar(v, name string, errs *[]error) float64 {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > 1e9 {
+		*errs = append(*errs, fmt.Errorf("%s must be a number of requests a second, 0 (off) or more, such as 10", name))
+		return 0
+	}
+	return f
 }
 
 func splitList(s string) []string {

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"seckill/internal/auth"
 )
 
 func TestLoadConfig(t *testing.T) {
 	real := map[string]string{
 		"MYSQL_DSN":  "root:@tcp(127.0.0.1:3306)/seckill",
 		"REDIS_ADDR": "127.0.0.1:6379",
-		"JWT_SECRET": "0123456789abcdef",
+		"JWT_SECRET": "0123456789abcdef0123456789abcdef", // 32 bytes, the least accepted
 	}
 	with := func(base map[string]string, kv ...string) map[string]string {
 		m := map[string]string{}
@@ -33,7 +35,9 @@ func TestLoadConfig(t *testing.T) {
 		{"real stack", real, ""},
 		{"no JWT_SECRET with MySQL and Redis", with(real, "JWT_SECRET", ""), "JWT_SECRET must be set"},
 		{"short JWT_SECRET", with(real, "JWT_SECRET", "short"), "JWT_SECRET must be set"},
-		{"only MYSQL_DSN", map[string]string{"MYSQL_DSN": real["MYSQL_DSN"], "JWT_SECRET": "0123456789abcdef"}, "set both MYSQL_DSN and REDIS_ADDR"},
+		{"JWT_SECRET of 31 bytes", with(real, "JWT_SECRET", "0123456789abcdef0123456789abcde"), "JWT_SECRET must be set (32 bytes or more; it has 31)"},
+		{"short JWT_SECRET in the demo", map[string]string{"JWT_SECRET": "short"}, ""},
+		{"only MYSQL_DSN", map[string]string{"MYSQL_DSN": real["MYSQL_DSN"], "JWT_SECRET": real["JWT_SECRET"]}, "set both MYSQL_DSN and REDIS_ADDR"},
 		{"bad DSN", with(real, "MYSQL_DSN", "not a dsn"), "MYSQL_DSN is not a valid"},
 		{"bad mode", with(real, "SECKILL_MODE", "fast"), "SECKILL_MODE"},
 		{"bad lock backend", with(real, "LOCK_BACKEND", "zk"), "LOCK_BACKEND"},
@@ -41,6 +45,60 @@ func TestLoadConfig(t *testing.T) {
 		{"bad number", with(real, "REDIS_DB", "x"), "REDIS_DB"},
 		{"bad duration", with(real, "STOCK_HOLD", "soon"), "STOCK_HOLD"},
 		{"hold too short", with(real, "STOCK_HOLD", "1s"), "STOCK_HOLD"},
+		{"shortest hold", with(real, "STOCK_HOLD", "3s", "SWEEP_EVERY", "100ms"), ""},
+
+		// A dead process's unit comes back at the first sweep after its
+		// hold expires: both together must fit the contract's 30s.
+		{"hold and sweep at 30s", with(real, "STOCK_HOLD", "25s", "SWEEP_EVERY", "5s"), ""},
+		{"hold and sweep over 30s", with(real, "STOCK_HOLD", "25s", "SWEEP_EVERY", "6s"), "STOCK_HOLD (25s) + SWEEP_EVERY (6s) is 31s, over the 30s"},
+		{"hold alone over 30s", with(real, "STOCK_HOLD", "31s"), "lower STOCK_HOLD or SWEEP_EVERY"},
+		{"sweep too often", with(real, "SWEEP_EVERY", "50ms"), "SWEEP_EVERY must be at least 100ms (it is 50ms)"},
+		{"claim too soon", with(real, "CLAIM_IDLE", "500ms"), "CLAIM_IDLE must be at least 1s (it is 500ms)"},
+		{"shortest claim", with(real, "CLAIM_IDLE", "1s"), ""},
+
+		// The buy button's rate and the instance's cap.
+		{"rate off", with(real, "SECKILL_RATE", "0"), ""},
+		{"fractional rate", with(real, "SECKILL_RATE", "0.5"), ""},
+		{"negative rate", with(real, "SECKILL_RATE", "-1"), "SECKILL_RATE must be a number"},
+		{"rate not a number", with(real, "SECKILL_RATE", "NaN"), "SECKILL_RATE must be a number"},
+		{"burst of none", with(real, "SECKILL_BURST", "0"), "SECKILL_BURST"},
+		{"cap off", with(real, "MAX_IN_FLIGHT", "0"), ""},
+		{"negative cap", with(real, "MAX_IN_FLIGHT", "-1"), "MAX_IN_FLIGHT"},
+
+		// Login code limits: 0 turns the sending limits off, and any
+		// size is fine; the guess limits cannot be turned off.
+		{"code limits off", with(real, "AUTH_CODE_INTERVAL", "0", "AUTH_CODES_PER_DAY", "0", "AUTH_CODES_PER_ADDR_PER_MIN", "0"), ""},
+		{"code limits large", with(real, "AUTH_CODE_INTERVAL", "24h", "AUTH_CODES_PER_DAY", "1000000000", "AUTH_CODES_PER_ADDR_PER_MIN", "1000000000"), ""},
+		{"code limits in the demo", map[string]string{"AUTH_CODE_INTERVAL": "0", "AUTH_CODES_PER_ADDR_PER_MIN": "0"}, ""},
+		{"code interval under a second", with(real, "AUTH_CODE_INTERVAL", "500ms"), "AUTH_CODE_INTERVAL must be 0 (off) or a duration of at least 1s such as 1m0s"},
+		{"negative code interval", with(real, "AUTH_CODE_INTERVAL", "-1m"), "AUTH_CODE_INTERVAL must be 0 (off)"},
+		{"code interval not a duration", with(real, "AUTH_CODE_INTERVAL", "60"), "AUTH_CODE_INTERVAL must be 0 (off)"},
+		{"negative codes per day", with(real, "AUTH_CODES_PER_DAY", "-1"), "AUTH_CODES_PER_DAY must be an integer from 0 (no limit) to 1000000000"},
+		{"codes per address not a number", with(real, "AUTH_CODES_PER_ADDR_PER_MIN", "many"), "AUTH_CODES_PER_ADDR_PER_MIN must be an integer from 0 (no limit)"},
+		{"codes per address too many", with(real, "AUTH_CODES_PER_ADDR_PER_MIN", "1000000001"), "AUTH_CODES_PER_ADDR_PER_MIN must be an integer from 0 (no limit)"},
+		{"no guesses per code", with(real, "AUTH_GUESSES_PER_CODE", "0"), "AUTH_GUESSES_PER_CODE must be an integer from 1 to 1000"},
+		{"no guesses per day", with(real, "AUTH_GUESSES_PER_DAY", "0"), "AUTH_GUESSES_PER_DAY must be an integer from 1 to 1000"},
+		{"no lock", with(real, "AUTH_LOCK_FOR", "0"), "AUTH_LOCK_FOR must be a positive duration"},
+		{"lock under a second", with(real, "AUTH_LOCK_FOR", "500ms"), "AUTH_LOCK_FOR must be at least 1s (it is 500ms)"},
+
+		// TRUSTED_PROXIES: IPs and CIDRs, as gin takes them, but never
+		// one that trusts every peer.
+		{"trusted proxies", with(real, "TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.10 ,::1,2001:db8::/32"), ""},
+		{"trusted proxy not an address", with(real, "TRUSTED_PROXIES", "10.0.0.1,proxy.local"), `TRUSTED_PROXIES: "proxy.local" is neither an IP address nor a CIDR`},
+		{"trusted proxy with a bad prefix", with(real, "TRUSTED_PROXIES", "10.0.0.0/33"), `TRUSTED_PROXIES: "10.0.0.0/33" is neither`},
+		{"trusted proxy with a zone", with(real, "TRUSTED_PROXIES", "fe80::1%eth0"), `TRUSTED_PROXIES: "fe80::1%eth0" is neither`},
+		{"every IPv4 peer trusted", with(real, "TRUSTED_PROXIES", "0.0.0.0/0"), `TRUSTED_PROXIES: "0.0.0.0/0" trusts every peer`},
+		{"every IPv6 peer trusted", with(real, "TRUSTED_PROXIES", "10.0.0.1,::/0"), `TRUSTED_PROXIES: "::/0" trusts every peer`},
+
+		// The DSN's own timeouts: the write deadline (STOCK_HOLD/3, 5s)
+		// plus either must stay under the hold (15s).
+		{"DSN readTimeout kept", with(real, "MYSQL_DSN", real["MYSQL_DSN"]+"?readTimeout=9s"), ""},
+		{"DSN readTimeout reaches the hold", with(real, "MYSQL_DSN", real["MYSQL_DSN"]+"?readTimeout=10s"),
+			"MYSQL_DSN sets readTimeout=10s, which with the write deadline of 5s (STOCK_HOLD/3) reaches STOCK_HOLD (15s)"},
+		{"DSN readTimeout of the old default", with(real, "MYSQL_DSN", real["MYSQL_DSN"]+"?readTimeout=30s"), "set readTimeout below 10s, or leave it out of the DSN"},
+		{"DSN writeTimeout reaches the hold", with(real, "MYSQL_DSN", real["MYSQL_DSN"]+"?writeTimeout=1m"), "MYSQL_DSN sets writeTimeout=1m0s"},
+		{"DSN readTimeout with a short hold", with(real, "STOCK_HOLD", "6s", "MYSQL_DSN", real["MYSQL_DSN"]+"?readTimeout=5s"), "set readTimeout below 4s"},
+		{"invalid hold with a DSN readTimeout", with(real, "STOCK_HOLD", "soon", "MYSQL_DSN", real["MYSQL_DSN"]+"?readTimeout=1h"), "STOCK_HOLD must be a positive duration"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,8 +127,84 @@ func TestLoadConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !e.DevCodes || len(e.AdminPhones) != 1 || e.AdminPhones[0] != "13800000000" || len(e.JWTSecret) < 16 {
+		if !e.DevCodes || len(e.AdminPhones) != 1 || e.AdminPhones[0] != "13800000000" || len(e.JWTSecret) < 32 {
 			t.Errorf("embedded defaults: %+v", e)
+		}
+		// The documented limits, and no proxy trusted, in both.
+		for name, cfg := range map[string]config{"real stack": c, "embedded": e} {
+			if cfg.SeckillRate != 10 || cfg.SeckillBurst != 20 || cfg.MaxInFlight != 4*cfg.RedisPoolSize {
+				t.Errorf("%s: buy button %v/s burst %d, cap %d; want 10/s, 20, 4 × REDIS_POOL_SIZE", name, cfg.SeckillRate, cfg.SeckillBurst, cfg.MaxInFlight)
+			}
+			if cfg.AuthLimits != auth.DefaultLimits {
+				t.Errorf("%s: login code limits %+v, want %+v", name, cfg.AuthLimits, auth.DefaultLimits)
+			}
+			if cfg.TrustedProxies != nil {
+				t.Errorf("%s: trusted proxies %q, want none", name, cfg.TrustedProxies)
+			}
+		}
+		want := auth.Limits{CodeInterval: time.Minute, CodesPerDay: 10, CodesPerAddrPerMin: 20, GuessesPerCode: 5, GuessesPerDay: 10, LockFor: 15 * time.Minute}
+		if auth.DefaultLimits != want {
+			t.Errorf("auth.DefaultLimits = %+v, want the documented %+v", auth.DefaultLimits, want)
+		}
+	})
+
+	t.Run("login code limits are read", func(t *testing.T) {
+		c, err := loadConfig(func(k string) string {
+			return with(real, "AUTH_CODE_INTERVAL", "90s", "AUTH_CODES_PER_DAY", "3", "AUTH_CODES_PER_ADDR_PER_MIN", "0",
+				"AUTH_GUESSES_PER_CODE", "4", "AUTH_GUESSES_PER_DAY", "8", "AUTH_LOCK_FOR", "1h",
+				"TRUSTED_PROXIES", "10.1.0.0/16,10.2.0.1")[k]
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := auth.Limits{CodeInterval: 90 * time.Second, CodesPerDay: 3, CodesPerAddrPerMin: 0, GuessesPerCode: 4, GuessesPerDay: 8, LockFor: time.Hour}
+		if c.AuthLimits != want {
+			t.Errorf("limits %+v, want %+v", c.AuthLimits, want)
+		}
+		if strings.Join(c.TrustedProxies, " ") != "10.1.0.0/16 10.2.0.1" {
+			t.Errorf("trusted proxies %q", c.TrustedProxies)
+		}
+	})
+
+	// The DSN's read and write timeouts follow the hold unless the DSN
+	// sets its own; the HTTP server's write timeout follows it too.
+	t.Run("derived timeouts", func(t *testing.T) {
+		tests := []struct {
+			name                string
+			env                 map[string]string
+			read, write, dial   time.Duration
+			writeDeadline, http time.Duration
+		}{
+			{"default hold", real, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 55 * time.Second},
+			{"hold of 6s", with(real, "STOCK_HOLD", "6s"), 2 * time.Second, 2 * time.Second, 5 * time.Second, 2 * time.Second, 28 * time.Second},
+			{"shortest hold", with(real, "STOCK_HOLD", "3s"), time.Second, time.Second, 5 * time.Second, time.Second, 19 * time.Second},
+			{"the DSN's own", with(real, "MYSQL_DSN", real["MYSQL_DSN"]+"?readTimeout=3s&writeTimeout=2s&timeout=1s"), 3 * time.Second, 2 * time.Second, time.Second, 5 * time.Second, 55 * time.Second},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				c, err := loadConfig(func(k string) string { return tc.env[k] })
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := mysql.ParseDSN(c.MySQLDSN)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.ReadTimeout != tc.read || d.WriteTimeout != tc.write || d.Timeout != tc.dial {
+					t.Errorf("DSN readTimeout %s, writeTimeout %s, timeout %s; want %s, %s, %s", d.ReadTimeout, d.WriteTimeout, d.Timeout, tc.read, tc.write, tc.dial)
+				}
+				if got := c.WriteTimeout(); got != tc.writeDeadline {
+					t.Errorf("WriteTimeout %s, want %s", got, tc.writeDeadline)
+				}
+				if got := c.HTTPWriteTimeout(); got != tc.http {
+					t.Errorf("HTTPWriteTimeout %s, want %s", got, tc.http)
+				}
+				// What the defaults are for: a COMMIT sent at the write
+				// deadline is answered, or given up on, inside the hold.
+				if c.WriteTimeout()+d.ReadTimeout >= c.StockHold {
+					t.Errorf("write deadline %s + readTimeout %s reaches the hold %s", c.WriteTimeout(), d.ReadTimeout, c.StockHold)
+				}
+			})
 		}
 	})
 }

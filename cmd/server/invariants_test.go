@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -90,11 +91,17 @@ func readState(t *testing.T, db *gorm.DB, rdb *redis.Client, voucherID string) s
 	ctx := context.Background()
 	vid, _ := strconv.ParseInt(voucherID, 10, 64)
 	var s storeState
-	if err := db.Raw("SELECT stock FROM vouchers WHERE id = ?", vid).Scan(&s.Stock).Error; err != nil {
-		t.Fatal(err)
-	}
 	var rows []struct{ ID, UserID int64 }
-	if err := db.Raw("SELECT id, user_id FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows).Error; err != nil {
+	// One snapshot for both reads: read apart, a batch committing between
+	// them shows its orders but not its stock, and the sum is off by the
+	// batch. InnoDB's REPEATABLE READ fixes the snapshot at the first read.
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ?", vid).Scan(&s.Stock).Error; err != nil {
+			return err
+		}
+		return tx.Raw("SELECT id, user_id FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows).Error
+	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.Orders, s.Users = map[string]int64{}, map[int64]int{}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -15,16 +16,19 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
 	"github.com/glebarez/sqlite"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"seckill/internal/admission"
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
 	"seckill/internal/idworker"
 	"seckill/internal/lock"
 	"seckill/internal/order"
+	"seckill/internal/order/queue"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 	"seckill/internal/web"
@@ -60,37 +64,59 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: app.router, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{
+		Handler: app.router,
+		// A client that sends its request slowly holds a goroutine and a
+		// connection for as long as it likes unless these cut it off. The
+		// bodies are small (web.LimitBody), so 10s is generous.
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// Longer than the longest request (see HTTPWriteTimeout): cutting
+		// a request short would turn a committed order's 200 into a
+		// dropped connection. It only stops a client that never reads.
+		WriteTimeout: cfg.HTTPWriteTimeout(),
+		// Above the 60s idle timeout common to load balancers, so that
+		// the balancer, not the server, closes an idle connection: else
+		// it may send a request down one the server is closing.
+		IdleTimeout: 75 * time.Second,
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded())
 
 	// Background work runs under its own context, stopped only after the
 	// last request has finished: a request may still need it. The
-	// persister then gets a drain context of its own, to write what the
+	// consumer then gets a drain context of its own, to write what the
 	// last requests accepted.
 	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	drainCtx, stopDrain := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopDrain()
 	var bg sync.WaitGroup
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
-	if app.persister != nil {
-		bg.Go(func() { app.persister.Run(bgCtx, drainCtx) })
+	if app.consumer != nil {
+		bg.Go(func() { app.consumer.Run(bgCtx, drainCtx) })
 	} else {
 		for range order.Writers {
 			bg.Go(func() { app.orders.RunWriter(bgCtx) })
 		}
 	}
-	stopBackground := func() {
+	// The whole shutdown, requests in flight and then the drain, shares
+	// one deadline: SHUTDOWN_GRACE after it began. Each step with a grace
+	// of its own would take up to twice that, past the orchestrator's stop
+	// grace period (docker compose: stop_grace_period), which then kills
+	// the process mid-drain with SIGKILL.
+	stopBackground := func(deadline context.Context) {
 		stopBg()
-		timer := time.AfterFunc(cfg.ShutdownGrace, stopDrain)
-		defer timer.Stop()
+		stop := context.AfterFunc(deadline, stopDrain)
+		defer stop()
 		bg.Wait()
 	}
 
 	select {
 	case err := <-serveErr:
-		stopBackground()
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+		defer cancel()
+		stopBackground(shutCtx)
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -98,7 +124,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(shutCtx)
-	stopBackground()
+	stopBackground(shutCtx)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -187,11 +213,34 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		st.close()
 		return nil, err
 	}
-	if err := migrations.Apply(ctx, sqlDB, dialect); err != nil {
+	if err := migrate(ctx, cfg, sqlDB, dialect); err != nil {
 		st.close()
 		return nil, err
 	}
 	return st, nil
+}
+
+// migrate applies the migrations. On MySQL it uses connections of its own
+// without the read and write timeouts of the service's pool: those are
+// sized for orders (a third of the hold), and an ALTER TABLE on a big
+// table may rightly take minutes. Killed by the driver halfway, it would
+// run on in the server while its version was never recorded.
+func migrate(ctx context.Context, cfg config, pool *sql.DB, dialect string) error {
+	if cfg.embedded() {
+		return migrations.Apply(ctx, pool, dialect)
+	}
+	mcfg, err := gomysql.ParseDSN(cfg.MySQLDSN)
+	if err != nil {
+		return err
+	}
+	mcfg.ReadTimeout, mcfg.WriteTimeout = 0, 0
+	db, err := sql.Open("mysql", mcfg.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("open mysql for migrations: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2)
+	return migrations.Apply(ctx, db, dialect)
 }
 
 // waitUp pings MySQL and Redis until both answer: under docker compose the
@@ -227,11 +276,11 @@ func (st *stores) ping(ctx context.Context) error {
 
 // app is the wired service.
 type app struct {
-	router    *gin.Engine
-	vouchers  *voucher.Service
-	orders    *order.Service
-	persister *order.Persister // async mode only
-	auth      *auth.Service
+	router   *gin.Engine
+	vouchers *voucher.Service
+	orders   *order.Service
+	consumer *queue.Consumer // async mode only
+	auth     *auth.Service
 }
 
 func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
@@ -247,12 +296,17 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	}
 	tokens := auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now)
 	stocks := stock.NewStore(st.rdb, cfg.StockHold)
-	ids := idworker.New(st.rdb, now)
+	ids := idworker.New(st.rdb, now, order.IDFloor(st.db, st.rdb))
 
-	authSvc := auth.NewService(st.db, st.rdb, tokens, cfg.AdminPhones, func(ctx context.Context, phone, code string) {
-		// No SMS gateway ships with the project: the log stands in for one.
-		log.InfoContext(ctx, "login code (stand-in for an SMS)", "phone", phone, "code", code)
-	})
+	// No SMS gateway ships with the project. A real one plugs in here, as
+	// an auth.Sender; until then LogSender logs that a code was sent,
+	// never the code: a log is read by many and kept for long. Only the
+	// demo and AUTH_DEV_CODES=true, which answer the code anyway, log it.
+	var sender auth.Sender = auth.NewLogSender(log)
+	if cfg.embedded() || cfg.DevCodes {
+		sender = auth.NewDevSender(log)
+	}
+	authSvc := auth.NewService(st.db, st.rdb, tokens, cfg.AdminPhones, sender, cfg.AuthLimits)
 	vouchers := voucher.NewService(st.db, stocks, native, now, log)
 	ocfg := order.DefaultConfig
 	ocfg.WriteTimeout = cfg.WriteTimeout()
@@ -261,9 +315,23 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	// The client's address (c.ClientIP, which the login code limits
+	// count by) is the connection's peer. gin would take it from
+	// X-Forwarded-For or X-Real-IP sent by any peer at all, so any client
+	// could name a fresh address on every request. X-Forwarded-For is
+	// honoured only from the proxies in TRUSTED_PROXIES (none by default:
+	// nil trusts none); X-Real-IP never, since a proxy that sets only
+	// X-Forwarded-For would pass a client's X-Real-IP through untouched.
+	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
+	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
 	r.NoRoute(web.NotFound) // a known path with another method too: the contract has no 405
-	r.Use(web.Recover(log), web.LimitBody())
 	fail := func(c *gin.Context, err error) { web.Error(c, log, err) }
+	// Overload is answered first and fast: beyond MaxInFlight requests at
+	// once, 429 before any work (package admission). Health checks pass,
+	// so that an orchestrator does not kill a busy instance for being busy.
+	r.Use(web.Recover(log), admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz"), web.LimitBody())
 	authn := tokens.Authenticate(fail)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -276,12 +344,13 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	})
 	auth.NewHandler(authSvc, cfg.DevCodes, log).Register(r)
 	voucher.NewHandler(vouchers, log).Register(r, authn, auth.RequireAdmin(fail))
-	order.NewHandler(orders, log).Register(r, authn, auth.RequireAdmin(fail))
+	buyers := admission.NewBuckets(cfg.SeckillRate, cfg.SeckillBurst, now)
+	order.NewHandler(orders, log).Register(r, authn, auth.RequireAdmin(fail), buyers.PerUser(fail))
 	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc}
 	if ocfg.Async {
-		qcfg := order.DefaultQueueConfig
+		qcfg := queue.DefaultConfig
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
-		a.persister = order.NewPersister(orders, qcfg, log)
+		a.consumer = queue.New(st.db, st.rdb, now, qcfg, log)
 	}
 	return a, nil
 }

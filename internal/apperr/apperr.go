@@ -9,6 +9,7 @@ package apperr
 import (
 	"errors"
 	"net/http"
+	"time"
 )
 
 // Code is a machine-readable error code of the external contract.
@@ -88,4 +89,34 @@ func As(err error) *Error {
 		return e
 	}
 	return nil
+}
+
+// retryAfter is an outcome that knows when trying again may succeed.
+type retryAfter struct {
+	err   error
+	after time.Duration
+}
+
+func (r *retryAfter) Error() string { return r.err.Error() }
+func (r *retryAfter) Unwrap() error { return r.err }
+
+// RetryAfter returns err, usually a busy sentinel, with a hint of how long
+// until the same request may succeed: a rate limit's window that has yet
+// to end, a lock that has yet to expire. errors.Is(err, sentinel) still
+// holds. The web layer sends the hint as a Retry-After header, so that a
+// well-behaved client waits instead of hammering a limit it cannot pass.
+func RetryAfter(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfter{err: err, after: after}
+}
+
+// RetryAfterOf returns the hint RetryAfter put in err's chain.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfter
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
 }

@@ -35,7 +35,11 @@ func (h *Handler) sendCode(c *gin.Context) {
 	if !web.BindJSON(c, &in) {
 		return
 	}
-	code, err := h.svc.SendCode(c.Request.Context(), in.Phone)
+	// ClientIP is the connection's peer unless that peer is a proxy the
+	// engine was told to trust (cmd/server: TRUSTED_PROXIES); only then
+	// does X-Forwarded-For count. Trusting it from anyone would let each
+	// request name a fresh address and walk past the per-address limit.
+	code, err := h.svc.SendCode(c.Request.Context(), in.Phone, c.ClientIP())
 	if err != nil {
 		web.Error(c, h.log, err)
 		return

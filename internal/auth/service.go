@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math/big"
@@ -26,26 +25,13 @@ type User struct {
 // TableName is the contract's table name.
 func (User) TableName() string { return "users" }
 
-const (
-	codeTTL      = 5 * time.Minute
-	maxCodeTries = 5
-)
-
 var (
 	phoneRE = regexp.MustCompile(`^1[0-9]{10}$`)
 	codeRE  = regexp.MustCompile(`^[0-9]{6}$`)
 
 	errBadPhone = apperr.Invalid("phone must be 11 digits starting with 1")
 	errBadCode  = apperr.Invalid("code must be 6 digits")
-
-	//go:embed check_code.lua
-	checkCodeSrc    string
-	checkCodeScript = redis.NewScript(checkCodeSrc)
 )
-
-// Sender delivers a login code to a phone. The project ships no SMS
-// gateway; cmd/server plugs in one that logs.
-type Sender func(ctx context.Context, phone, code string)
 
 // Service logs users in.
 type Service struct {
@@ -53,39 +39,47 @@ type Service struct {
 	rdb    redis.UniversalClient
 	tokens *Tokens
 	admins map[string]bool
-	send   Sender
+	sender Sender
+	limits Limits
 }
 
-// NewService returns a Service; admins are the phones that log in as admin.
-func NewService(db *gorm.DB, rdb redis.UniversalClient, tokens *Tokens, admins []string, send Sender) *Service {
+// NewService returns a Service; admins are the phones that log in as
+// admin, sender delivers the codes, limits bound codes and guesses.
+func NewService(db *gorm.DB, rdb redis.UniversalClient, tokens *Tokens, admins []string, sender Sender, limits Limits) *Service {
 	set := make(map[string]bool, len(admins))
 	for _, p := range admins {
 		set[p] = true
 	}
-	return &Service{db: db, rdb: rdb, tokens: tokens, admins: set, send: send}
+	return &Service{db: db, rdb: rdb, tokens: tokens, admins: set, sender: sender, limits: limits}
 }
 
-func codeKey(phone string) string { return "login:code:" + phone }
-
-// SendCode makes a new code for phone, replacing any earlier one, and
-// returns it (the handler shows it only in dev mode).
-func (s *Service) SendCode(ctx context.Context, phone string) (string, error) {
+// SendCode makes a new code for phone, replacing any earlier one, sends it
+// and returns it (the handler shows it only in dev mode). addr is the
+// client's address, for the per-address limit. Over a limit it answers a
+// busy error with a Retry-After hint (apperr.RetryAfterOf).
+func (s *Service) SendCode(ctx context.Context, phone, addr string) (string, error) {
 	if !phoneRE.MatchString(phone) {
 		return "", errBadPhone
+	}
+	// The address first: a client flooding many phones is stopped before
+	// it touches any phone's keys.
+	if err := s.admitAddr(ctx, addr); err != nil {
+		return "", err
 	}
 	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
 	if err != nil {
 		return "", fmt.Errorf("make login code: %w", err)
 	}
 	code := fmt.Sprintf("%06d", n.Int64())
-	pipe := s.rdb.TxPipeline()
-	pipe.Del(ctx, codeKey(phone))
-	pipe.HSet(ctx, codeKey(phone), "code", code, "tries", 0)
-	pipe.Expire(ctx, codeKey(phone), codeTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return "", apperr.Down(fmt.Errorf("store login code: %w", err))
+	if err := s.storeCode(ctx, phone, code); err != nil {
+		return "", err
 	}
-	s.send(ctx, phone, code)
+	// A send that fails still counted towards the phone's limits: a
+	// gateway that timed out may have delivered it, and a failing gateway
+	// must not become a way around the limits.
+	if err := s.sender.Send(ctx, phone, code); err != nil {
+		return "", fmt.Errorf("send login code: %w", err)
+	}
 	return code, nil
 }
 
@@ -98,12 +92,8 @@ func (s *Service) Login(ctx context.Context, phone, code string) (string, User, 
 	if !codeRE.MatchString(code) {
 		return "", User{}, errBadCode
 	}
-	ok, err := checkCodeScript.Run(ctx, s.rdb, []string{codeKey(phone)}, code, maxCodeTries).Int()
-	if err != nil {
-		return "", User{}, apperr.Down(fmt.Errorf("check login code: %w", err))
-	}
-	if ok != 1 {
-		return "", User{}, ErrWrongCode
+	if err := s.checkCode(ctx, phone, code); err != nil {
+		return "", User{}, err
 	}
 	u, err := s.user(ctx, phone)
 	if err != nil {

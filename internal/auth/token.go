@@ -2,9 +2,13 @@
 // proves who they are on every later request with a signed token.
 //
 // The flow: POST /auth/code stores a random 6-digit code in Redis for five
-// minutes; POST /auth/login checks it (once: a used code is deleted, and five
-// wrong guesses burn it), creates the user on first login, and returns an
-// HS256 JWT whose sub is the user ID and whose role is user or admin.
+// minutes and hands it to a Sender (an SMS gateway's place); POST
+// /auth/login checks it (once: a used code is deleted, and five wrong
+// guesses burn it), creates the user on first login, and returns an HS256
+// JWT whose sub is the user ID and whose role is user or admin. Limits
+// (limits.go) bound the codes sent per phone and per client address and
+// the wrong guesses per phone across codes, so that neither the SMS bill
+// nor a guesser's chances grow without end.
 // Verifying a token needs no database or Redis: the HMAC proves that this
 // server signed it, and exp bounds how long a stolen token is worth anything.
 package auth

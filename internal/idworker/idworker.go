@@ -9,8 +9,16 @@
 // icr:{prefix}:{yyyy:MM:dd}. Redis INCR is atomic, so every instance that
 // shares one Redis gets distinct sequences; the timestamp in the high bits
 // makes IDs grow with time, and a new key each day keeps the counter far
-// from its 32-bit limit (4,294,967,295 IDs a day) and doubles as a count of
-// the day's orders.
+// from its 32-bit limit (4,294,967,295 IDs a day).
+//
+// Redis may lose the day's key: a restart without persistence, a flush.
+// INCR would then
+// start again at 1 and hand out, within the same second, IDs already given
+// to orders. So nothing here ever creates a sequence by INCR: a missing key
+// is seeded by Seed, above the highest sequence number that the caller's
+// Floor finds in use (the orders in MySQL and those waiting in Redis), and
+// only then counted on. A key that survives with a stale value (a failover
+// to a replica that missed the last INCRs) is not detected here.
 package idworker
 
 import (
@@ -38,15 +46,59 @@ const (
 // refuses instead.
 var ErrSequenceExhausted = errors.New("idworker: the day's sequence is exhausted")
 
+// ErrSequenceMissing means the day's sequence key does not exist: Seed it,
+// then draw again.
+var ErrSequenceMissing = errors.New("idworker: the day's sequence is missing")
+
+// Floor returns the highest sequence number used by an existing ID of
+// prefix in [from, to): the IDs of one day. Seed starts a missing sequence
+// above it.
+type Floor func(ctx context.Context, prefix string, from, to int64) (int64, error)
+
 // Worker hands out IDs. It is safe for concurrent use.
 type Worker struct {
-	rdb redis.Cmdable
-	now func() time.Time
+	rdb   redis.Cmdable
+	now   func() time.Time
+	floor Floor
 }
 
-// New returns a Worker that counts in rdb and reads the time from now.
-func New(rdb redis.Cmdable, now func() time.Time) *Worker {
-	return &Worker{rdb: rdb, now: now}
+// New returns a Worker that counts in rdb, reads the time from now, and
+// seeds a missing day's sequence above floor's answer (nil: from zero, for
+// IDs that are never stored).
+func New(rdb redis.Cmdable, now func() time.Time, floor Floor) *Worker {
+	return &Worker{rdb: rdb, now: now, floor: floor}
+}
+
+// sequenceTTL keeps a day's key a day past its day: long enough for any
+// request of that day to finish, short enough that old days go away.
+const sequenceTTL = 48 * time.Hour
+
+// Seed creates prefix's sequence for the UTC day of t if it is missing,
+// starting it at the floor: the highest sequence number of that day in
+// use. Several instances may seed at once; SET NX keeps the first, and
+// every one of them started at or above the floor.
+func (w *Worker) Seed(ctx context.Context, prefix string, t time.Time) error {
+	if n, err := w.rdb.Exists(ctx, Key(prefix, t)).Result(); err != nil || n == 1 {
+		return wrapSeed(prefix, t, err) // seeded already: spare the floor's query
+	}
+	day := t.UTC().Truncate(24 * time.Hour)
+	var start int64
+	if w.floor != nil {
+		from, to := (day.Unix()-Epoch.Unix())<<sequenceBits, (day.Add(24*time.Hour).Unix()-Epoch.Unix())<<sequenceBits
+		f, err := w.floor(ctx, prefix, max(from, 0), to)
+		if err != nil {
+			return wrapSeed(prefix, t, err)
+		}
+		start = f
+	}
+	return wrapSeed(prefix, t, w.rdb.SetNX(ctx, Key(prefix, t), start, sequenceTTL).Err())
+}
+
+func wrapSeed(prefix string, t time.Time, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("idworker: seed %s: %w", Key(prefix, t), err)
 }
 
 // Key is the Redis key holding prefix's sequence for the UTC day of t.
@@ -73,9 +125,22 @@ func (w *Worker) NextN(ctx context.Context, prefix string, n int) ([]int64, erro
 	if secs < 0 || secs > maxSeconds {
 		return nil, fmt.Errorf("idworker: time %s is outside the 31-bit range from %s", now.UTC().Format(time.RFC3339), Epoch.Format(time.RFC3339))
 	}
-	last, err := w.rdb.IncrBy(ctx, Key(prefix, now), int64(n)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("idworker: incr %s: %w", Key(prefix, now), err)
+	var last int64
+	for attempt := 0; ; attempt++ {
+		var err error
+		last, err = nextNScript.Run(ctx, w.rdb, []string{Key(prefix, now)}, n).Int64()
+		if err != nil {
+			return nil, fmt.Errorf("idworker: incr %s: %w", Key(prefix, now), err)
+		}
+		if last >= 0 {
+			break
+		}
+		if attempt == 2 {
+			return nil, fmt.Errorf("%w: %s still missing after seeding", ErrSequenceMissing, Key(prefix, now))
+		}
+		if err := w.Seed(ctx, prefix, now); err != nil {
+			return nil, err
+		}
 	}
 	if last > maxSequence {
 		return nil, fmt.Errorf("%w (prefix %q, %s)", ErrSequenceExhausted, prefix, now.UTC().Format("2006-01-02"))
@@ -112,6 +177,12 @@ func SlotAt(prefix string, t time.Time) (Slot, error) {
 //
 //go:embed next_id.lua
 var LuaNextID string
+
+var (
+	//go:embed next_n.lua
+	nextNSrc    string
+	nextNScript = redis.NewScript(nextNSrc)
+)
 
 // FromScript reads an ID that next_id returned through a script's reply.
 func FromScript(v any) (int64, error) {

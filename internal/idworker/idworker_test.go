@@ -41,7 +41,7 @@ func newWorker(t *testing.T, at time.Time) (*idworker.Worker, *clock, string, *r
 	t.Helper()
 	rdb := testenv.Redis(t, 0)
 	c := &clock{t: at}
-	return idworker.New(rdb, c.now), c, testenv.Name("idworker-test-"), rdb
+	return idworker.New(rdb, c.now, nil), c, testenv.Name("idworker-test-"), rdb
 }
 
 // track deletes keys when the test ends.
@@ -224,7 +224,7 @@ func TestNextIsUniqueUnderConcurrency(t *testing.T) {
 	var wg sync.WaitGroup
 	for range workers {
 		// A Worker per goroutine, as if each were its own instance.
-		w := idworker.New(rdb, func() time.Time { return at })
+		w := idworker.New(rdb, func() time.Time { return at }, nil)
 		wg.Go(func() {
 			<-start
 			for range each {
@@ -419,4 +419,64 @@ func TestLuaNextIDMatchesGo(t *testing.T) {
 			t.Fatalf("past the 32-bit sequence: %v, want nil (no ID)", err)
 		}
 	})
+}
+
+// Redis loses the day's sequence within the same second (a restart, a
+// flush, a failover): IDs drawn afterwards must not repeat those given out
+// before. Seed restarts the sequence above what the Floor finds in use; the
+// floor here stands in for the orders in MySQL and the stream. Without
+// seeding, INCR would restart at 1 and the first ID would repeat.
+func TestLostSequenceNeverRepeats(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2024, 3, 5, 12, 0, 0, 0, time.UTC)
+	rdb := testenv.Redis(t, 0)
+	prefix := testenv.Name("idworker-test-")
+	track(t, rdb, idworker.Key(prefix, at))
+	var mu sync.Mutex
+	used := map[int64]bool{}
+	var asked [][2]int64
+	floor := func(_ context.Context, _ string, from, to int64) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, [2]int64{from, to})
+		var top int64
+		for id := range used {
+			if id >= from && id < to {
+				top = max(top, id&(1<<32-1))
+			}
+		}
+		return top, nil
+	}
+	w := idworker.New(rdb, func() time.Time { return at }, floor)
+	draw := func() {
+		id, err := w.Next(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if used[id] {
+			t.Fatalf("ID %d given out twice", id)
+		}
+		used[id] = true
+	}
+	for range 5 {
+		draw()
+	}
+	if err := rdb.Del(ctx, idworker.Key(prefix, at)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		draw()
+	}
+	if len(used) != 10 {
+		t.Fatalf("%d distinct IDs, want 10", len(used))
+	}
+	day := secondsSinceEpoch(time.Date(2024, 3, 5, 0, 0, 0, 0, time.UTC))
+	if len(asked) != 2 || asked[1] != [2]int64{day << 32, (day + 86400) << 32} {
+		t.Fatalf("floor asked %v, want twice, for the IDs of 2024-03-05", asked)
+	}
+	if ttl := rdb.TTL(ctx, idworker.Key(prefix, at)).Val(); ttl <= 0 || ttl > 48*time.Hour {
+		t.Fatalf("sequence TTL %s: a day's key must expire", ttl)
+	}
 }

@@ -269,6 +269,92 @@ func testConformance(t *testing.T, b backend) {
 		mustRelease(t, plain)
 	})
 
+	t.Run("ReentryNeverShortens", func(t *testing.T) {
+		// One owner, two handles: the outer one was promised 10s. Whatever
+		// the inner one does with a ttl of T, the lock must outlive T, or
+		// another owner takes it while the outer handle still says "held"
+		// and its Done never closes.
+		if !b.reentrant {
+			t.Skip("this backend is not reentrant (see Reentrancy)")
+		}
+		tests := []struct {
+			name string
+			// shorten takes the inner handle on key and tries to cut the
+			// lock down to T with it.
+			shorten func(t *testing.T, key string) Lock
+		}{
+			{"Obtain", func(t *testing.T, key string) Lock {
+				return mustObtain(t, b.locker, key, T, WithOwner("alice"))
+			}},
+			{"Extend", func(t *testing.T, key string) Lock {
+				inner := mustObtain(t, b.locker, key, 10*time.Second, WithOwner("alice"))
+				if err := inner.Extend(ctx, T); err != nil {
+					t.Fatalf("inner Extend: %v", err)
+				}
+				return inner
+			}},
+			{"Watchdog", func(t *testing.T, key string) Lock {
+				inner := mustObtain(t, b.locker, key, T, WithOwner("alice"), WithWatchdog(0))
+				time.Sleep(T / 2) // one renewal, at T/3
+				mustRelease(t, inner)
+				return inner
+			}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				key := b.newKey(t)
+				outer := mustObtain(t, b.locker, key, 10*time.Second, WithOwner("alice"))
+				inner := tt.shorten(t, key)
+				// Had the lock been cut to T, the server would let it go
+				// by this time: T after the last request that could cut it.
+				cut := time.Now().Add(T + T/10)
+				// The inner handle was promised T only, and its own
+				// deadline (or its Release) ends it.
+				within(t, 2*T, inner.Done(), "inner Done after its ttl")
+				time.Sleep(time.Until(cut))
+
+				for _, opts := range [][]Option{{WithOwner("bob")}, nil} {
+					lk, err := b.locker.Obtain(ctx, key, T, opts...)
+					if err == nil {
+						_ = lk.Release(ctx)
+					}
+					if err != ErrNotAcquired {
+						t.Errorf("Obtain(%d opts) past the inner ttl: got %v, want ErrNotAcquired", len(opts), err)
+					}
+				}
+				if !isOpen(outer.Done()) {
+					t.Errorf("outer handle ended: %v", context.Cause(outer.Context()))
+				}
+				// An inner handle whose deadline passed still gives up its
+				// level on Release; it reports ErrNotHeld because it could
+				// no longer vouch for the lock.
+				if err := inner.Release(ctx); err != ErrNotHeld {
+					t.Errorf("inner Release after its deadline: got %v, want ErrNotHeld", err)
+				}
+				mustRelease(t, outer)
+				mustRelease(t, mustObtain(t, b.locker, key, T, WithOwner("bob")))
+			})
+		}
+	})
+
+	t.Run("ExtendSetsPlainTTL", func(t *testing.T) {
+		// A lock without an owner has one holder, and nobody else was
+		// promised anything: its Extend sets the ttl, shorter or longer.
+		key := b.newKey(t)
+		a := mustObtain(t, b.locker, key, 10*time.Second)
+		if err := a.Extend(ctx, T); err != nil {
+			t.Fatal(err)
+		}
+		within(t, 2*T, a.Done(), "Done after the shortened ttl")
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lk, err := b.locker.Obtain(wctx, key, 10*time.Second, Wait())
+		if err != nil {
+			t.Fatalf("Obtain after the shortened ttl: %v", err)
+		}
+		mustRelease(t, lk)
+	})
+
 	t.Run("Fencing", func(t *testing.T) {
 		key := b.newKey(t)
 		if !b.fencing {
@@ -345,9 +431,8 @@ func testConformance(t *testing.T, b backend) {
 		if !errors.Is(context.Cause(a.Context()), ErrNotHeld) {
 			t.Errorf("cause = %v, want ErrNotHeld", context.Cause(a.Context()))
 		}
-		if isOpen(a.Done()) {
-			t.Error("Done open after the loss")
-		}
+		// Done closes right after the Context is cancelled, not at once.
+		within(t, time.Second, a.Done(), "Done closed after the loss")
 		if err := a.Release(ctx); err != ErrNotHeld {
 			t.Errorf("Release of a lost lock: got %v, want ErrNotHeld", err)
 		}

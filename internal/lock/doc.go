@@ -55,7 +55,11 @@
 // that takes the same lock, and would wait for itself. [WithOwner] makes the
 // lock reentrant. Go has no thread identity, so the caller names the owner;
 // Redis stores a hash of owner -> depth, as Redisson does, and release
-// frees the lock when the depth drops to zero.
+// frees the lock when the depth drops to zero. The owner's handles share
+// one expiry, so entering again or renewing with a shorter ttl must not cut
+// it: the outer handle, promised a longer ttl, would go on trusting a lock
+// another owner had already taken. Entering and renewing a reentrant lock
+// therefore only lengthen it, using the server's PTTL in the script.
 //
 // Waiting without hammering Redis. A loop of "try, sleep, try" either
 // sleeps too long or floods Redis. With [Wait], the release script

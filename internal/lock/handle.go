@@ -12,8 +12,10 @@ import (
 // Both methods compare the holder's token first, so they never touch a lock
 // somebody else has taken since.
 type holder interface {
-	// extend sets the lock's time to live to ttl. It returns ErrNotHeld if
-	// the lock is gone or belongs to somebody else.
+	// extend makes the lock live at least ttl more: it sets the time to
+	// live of a lock without an owner, and only ever lengthens that of a
+	// reentrant lock, which other handles of the owner count on. It
+	// returns ErrNotHeld if the lock is gone or belongs to somebody else.
 	extend(ctx context.Context, ttl time.Duration) error
 	// release frees the lock (or drops one level of a reentrant lock). It
 	// returns ErrNotHeld if the lock is gone or belongs to somebody else.

@@ -12,25 +12,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
+
+	"seckill/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	// The tests kill servers on purpose; go-redis would log every failed
-	// dial to them.
-	redis.SetLogger(quiet{})
 	// Every lock, waiter subscription and watchdog must be gone when the
 	// tests are: a lock library that leaks goroutines leaks them per request.
-	// The exception: go-redis probes a server it failed to dial from a
-	// goroutine that notices its client was closed only after a 1s sleep.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
-	)
+	testenv.Main(m)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 // integration skips t when what it needs is missing, or fails it when
 // SECKILL_REQUIRE_INTEGRATION=1: then a missing server can never turn into

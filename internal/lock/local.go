@@ -78,7 +78,7 @@ func (l *Local) try(key, token string, reentrant, fencing bool, until time.Time)
 		}
 	case reentrant && e.reentrant && e.token == token:
 		e.depth++
-		e.until = until
+		e.lengthen(until)
 	default:
 		return false, 0, e.freed, e.until
 	}
@@ -86,6 +86,17 @@ func (l *Local) try(key, token string, reentrant, fencing bool, until time.Time)
 		fence = l.fences[key]
 	}
 	return true, fence, nil, time.Time{}
+}
+
+// lengthen moves the expiry of a reentrant lock to until, if that is later.
+// Every handle of the owner trusts the ttl it was given: entering again or
+// renewing with a shorter ttl must not cut the lock short under another
+// handle, or another owner could take it while that handle still believes
+// it holds it (obtain.lua and extend.lua do the same on Redis).
+func (e *localLock) lengthen(until time.Time) {
+	if until.After(e.until) {
+		e.until = until
+	}
 }
 
 // held returns the unexpired lock on key, if any. Callers hold l.mu.
@@ -117,7 +128,13 @@ func (h *localHolder) extend(_ context.Context, ttl time.Duration) error {
 	if e == nil || e.token != h.token {
 		return ErrNotHeld
 	}
-	e.until = time.Now().Add(ttl)
+	until := time.Now().Add(ttl)
+	if e.reentrant {
+		e.lengthen(until)
+		return nil
+	}
+	// A lock without an owner has one holder, who may shorten it too.
+	e.until = until
 	return nil
 }
 

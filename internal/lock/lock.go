@@ -51,13 +51,18 @@ type Lock interface {
 	// Extend found it gone, or its validity ran out without renewal.
 	Done() <-chan struct{}
 
-	// Context is derived from the ctx given to Obtain and is cancelled as
-	// soon as Done is closed. Run the protected work under it: if the lock
+	// Context is derived from the ctx given to Obtain and is cancelled when
+	// the lock ends, just before Done is closed (so that whoever sees Done
+	// finds the cause set). Run the protected work under it: if the lock
 	// is lost, the work stops instead of going on unprotected. When the
 	// lock was lost, context.Cause reports an error wrapping ErrNotHeld.
 	Context() context.Context
 
-	// Extend resets the lock's time to live to ttl, if it is still held.
+	// Extend makes the lock live at least ttl more, if it is still held,
+	// and moves this handle's deadline to ttl from now. A lock without an
+	// owner gets exactly ttl, shorter or longer than before: it has one
+	// holder. A reentrant lock (WithOwner) is only ever lengthened, since
+	// the owner's other handles count on the ttl they were given.
 	Extend(ctx context.Context, ttl time.Duration) error
 
 	// Release gives the lock up. It returns ErrNotHeld if the lock had
@@ -111,6 +116,12 @@ func WithWatchdog(maxHold time.Duration) Option {
 // caller names the owner; it must be unique to the holder (for example an
 // instance ID plus a request ID), since two holders sharing an owner share
 // the lock. An empty owner means no owner: the lock is not reentrant.
+//
+// Entering again, and renewing through any of the owner's handles, may
+// lengthen the lock but never shortens it: each handle keeps the ttl it was
+// promised. A handle still ends by its own deadline, so an inner handle
+// obtained with a short ttl reports Done after that ttl (unless renewed)
+// while the lock lives on for the outer ones.
 func WithOwner(owner string) Option {
 	return func(o *options) { o.owner = owner }
 }

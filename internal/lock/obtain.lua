@@ -13,6 +13,13 @@
 --   {REENTERED, fence}  the owner already held it; depth is now one more,
 --                       fence is the token of the outermost acquisition
 --   {TAKEN, pttl}       somebody else holds it for pttl more milliseconds
+--
+-- Entering again may lengthen the lock, never shorten it. The owner's
+-- outer handles were each promised their own ttl and trust it locally:
+-- had an inner acquisition with a shorter ttl cut the expiry, the key would
+-- vanish under them and another owner could take it while they still
+-- believed they held it. So the new expiry is the later of the two. The
+-- remaining time comes from the server (PTTL), not from a client's clock.
 local TAKEN, ACQUIRED, REENTERED = 0, 1, 2
 
 local lock, fence = KEYS[1], KEYS[2]
@@ -23,7 +30,12 @@ if reentrant then
   local kind = redis.call('TYPE', lock).ok
   if kind == 'hash' and redis.call('HEXISTS', lock, holder) == 1 then
     redis.call('HINCRBY', lock, holder, 1)
-    redis.call('PEXPIRE', lock, ttl)
+    -- PTTL is -1 only if somebody removed the expiry by hand (PERSIST):
+    -- then the lock already lives longer than any ttl, so leave it be.
+    local pttl = redis.call('PTTL', lock)
+    if pttl >= 0 and pttl < tonumber(ttl) then
+      redis.call('PEXPIRE', lock, ttl)
+    end
     if fencing then
       return {REENTERED, tonumber(redis.call('GET', fence) or '0')}
     end

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,21 +21,13 @@ import (
 
 // Async mode: the request path never waits for MySQL. One Lua script takes
 // the unit, remembers the buyer and appends the order to a Redis Stream; a
-// consumer group (queue.go) writes the stream to MySQL in batches. A 200
-// then promises that the order is in Redis, as durable as Redis is (run it
-// with an append-only file), and in MySQL within moments.
+// consumer group (package order/queue) writes the stream to MySQL in
+// batches. A 200 then promises that the order is in Redis, as durable as
+// Redis is (run it with an append-only file), and in MySQL within moments.
 //
 // The stream is one for all vouchers, so the accept script touches keys of
 // several vouchers' slots: on Redis Cluster, shard it per voucher with the
 // voucher's hash tag.
-
-// Redis keys of async mode.
-const (
-	streamKey  = "seckill:orders"         // accepted orders, oldest first
-	deadKey    = "seckill:orders:dead"    // entries that could not be written
-	pendingKey = "seckill:orders:pending" // order ID -> user:voucher:ms:status
-	groupName  = "persist"                // the one consumer group
-)
 
 var (
 	//go:embed accept.lua
@@ -45,9 +38,15 @@ var (
 // ErrIDsExhausted means the day's 4,294,967,295 order IDs are used up.
 var ErrIDsExhausted = apperr.New(apperr.Busy, "no order IDs left today")
 
-// accept is guard 2 of async mode: take the unit and queue the order in one
+// asyncMode accepts the order in Redis and leaves writing it to the
+// consumers of the stream (package order/queue): a 200 is an order in Redis, in MySQL
+// within moments.
+type asyncMode struct{ *Service }
+
+// place is guard 2 of async mode: take the unit and queue the order in one
 // step. There is no hold: the stream entry is the record of the unit taken.
-func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, error) {
+func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, error) {
+	s := m.Service
 	for attempt := 0; ; attempt++ {
 		now := s.now()
 		slot, err := idworker.SlotAt(orderIDPrefix, now)
@@ -55,36 +54,93 @@ func (s *Service) accept(ctx context.Context, voucherID, userID int64) (int64, e
 			return 0, err
 		}
 		k := stock.KeysOf(voucherID)
-		keys := []string{k.Stock, k.Buyers, slot.Key, streamKey, pendingKey}
+		void := voidKey(voucherID)
+		keys := []string{k.Stock, k.Buyers, slot.Key, StreamKey, PendingKey, AcceptedKey(voucherID), void, QueuedKey(voucherID)}
 		res, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, now.UnixMilli(), slot.Hi, slot.Lo).Slice()
 		if err != nil {
-			// Nothing taken; or, if only the reply was lost, an order
-			// accepted that the client does not know of.
-			return 0, apperr.Down(fmt.Errorf("accept order: %w", err))
+			// Nothing accepted; or, if only the answer was lost, an order
+			// accepted that the buyer must be told of. Ask.
+			return m.lostAccept(ctx, voucherID, userID, void, err)
 		}
-		switch code, _ := res[0].(int64); code {
-		case 0:
+		// accept.lua answers with take.lua's codes, and one of its own.
+		code, _ := res[0].(int64)
+		switch stock.Result(code) {
+		case stock.Taken:
 			id, err := idworker.FromScript(res[1])
 			if err != nil {
 				return 0, err
 			}
-			s.rememberBuyer(voucherID, userID)
+			s.rememberBuyer(voucherID, userID, false)
 			return id, nil
-		case 1:
+		case stock.SoldOut:
 			s.rememberSoldOut(voucherID)
 			return 0, ErrSoldOut
-		case 2:
-			s.rememberBuyer(voucherID, userID) // accepted orders are never given back
+		case stock.AlreadyBought:
+			s.rememberBuyer(voucherID, userID, false) // a dead letter may free them
 			return 0, ErrAlreadyOrdered
-		case 6:
+		case stock.IDsExhausted:
 			return 0, ErrIDsExhausted
+		case acceptVoided:
+			return 0, apperr.Down(errors.New("accept order: declared lost before it ran"))
 		}
-		if attempt == 2 {
-			return 0, apperr.Down(fmt.Errorf("stock of voucher %d still missing after reloading", voucherID))
-		}
-		if err := s.reload(ctx, voucherID); err != nil {
+		// stock.Missing or stock.SequenceMissing.
+		if err := s.restore(ctx, voucherID, attempt, stock.Result(code) == stock.SequenceMissing); err != nil {
 			return 0, err
 		}
+	}
+}
+
+// acceptVoided is accept.lua's answer when lost.lua voided the request
+// before it ran.
+const acceptVoided stock.Result = 8
+
+var (
+	//go:embed lost.lua
+	lostSrc    string
+	lostScript = redis.NewScript(lostSrc)
+)
+
+// voidKey names a fresh void mark for one accept request (see lost.lua).
+func voidKey(voucherID int64) string {
+	return stock.KeyOf(voucherID, "void:"+strconv.FormatUint(rand.Uint64(), 36))
+}
+
+// voidFor is how long a void mark outlives its request: longer than a
+// request could plausibly sit in a stalled connection.
+const voidFor = 10 * time.Minute
+
+// lostAccept answers a request whose accept script failed without an
+// answer. It asks Redis whether the user's order was accepted (then the
+// buyer gets 200 and its ID, as the script would have said), and if not,
+// voids the request, so that a 503 keeps its promise that nothing was
+// taken. Redis may be away for a while: it asks until WriteTimeout, and
+// only if it never got an answer is the 503 uncertain (logged).
+func (m asyncMode) lostAccept(ctx context.Context, voucherID, userID int64, void string, cause error) (int64, error) {
+	s := m.Service
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+	defer cancel()
+	keys := []string{AcceptedKey(voucherID), void}
+	delay := 20 * time.Millisecond
+	for {
+		v, err := lostScript.Run(ctx, s.rdb, keys, userID, voidFor.Milliseconds()).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return 0, apperr.Down(fmt.Errorf("accept order: %w (not accepted)", cause))
+		case err == nil:
+			id, err := idworker.FromScript(v)
+			if err != nil {
+				return 0, err
+			}
+			s.rememberBuyer(voucherID, userID, false)
+			return id, nil
+		}
+		if ctx.Err() != nil {
+			s.log.Warn("accept order: answer lost and Redis not reachable to ask; the order may have been accepted",
+				"voucher", voucherID, "user", userID, "err", cause)
+			return 0, apperr.Down(fmt.Errorf("accept order: %w", cause))
+		}
+		sleep(ctx, delay)
+		delay = min(2*delay, 500*time.Millisecond)
 	}
 }
 
@@ -96,7 +152,7 @@ func (s *Service) stillPending(ctx context.Context, ids []int64) ([]int64, error
 		for i, id := range chunk {
 			fields[i] = strconv.FormatInt(id, 10)
 		}
-		vals, err := s.rdb.HMGet(ctx, pendingKey, fields...).Result()
+		vals, err := s.rdb.HMGet(ctx, PendingKey, fields...).Result()
 		if err != nil {
 			return nil, fmt.Errorf("read pending markers: %w", err)
 		}
@@ -131,9 +187,10 @@ func parsePending(v string) (pending, bool) {
 	return pending{UserID: u, VoucherID: vid, At: time.UnixMilli(ms).UTC(), Status: f[3]}, true
 }
 
-// findPending looks an order up among the accepted ones not yet in MySQL.
-func (s *Service) findPending(ctx context.Context, id int64) (*Order, error) {
-	v, err := s.rdb.HGet(ctx, pendingKey, strconv.FormatInt(id, 10)).Result()
+// accepted looks an order up among the accepted ones not yet in MySQL.
+func (m asyncMode) accepted(ctx context.Context, id int64) (*Order, error) {
+	s := m.Service
+	v, err := s.rdb.HGet(ctx, PendingKey, strconv.FormatInt(id, 10)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -147,35 +204,29 @@ func (s *Service) findPending(ctx context.Context, id int64) (*Order, error) {
 	return &Order{ID: id, UserID: p.UserID, VoucherID: p.VoucherID, Status: p.Status, CreatedAt: p.At}, nil
 }
 
-// queued returns the orders of voucherID that are in the stream but not
-// yet in MySQL, with the voucher's MySQL stock and buyers, all as of one
-// moment. A reload after Redis lost the stock key must subtract them, or it
-// would sell their units again and let their buyers order twice.
+// stockAt reads the voucher's stock and buyers in MySQL and counts in the
+// orders still in the stream, not yet written, all as of one moment: their
+// units are taken and their users have bought. A reload after Redis lost
+// the stock key that missed them would sell their units again and let
+// their buyers order twice.
 //
 // The stream is read first and MySQL second, in one transaction: an entry
 // written to MySQL before the snapshot is in the snapshot; one written
 // after it is counted as queued. No entry for the voucher can be added
 // meanwhile, because its stock key is missing.
-func (s *Service) queued(ctx context.Context, _ *gorm.DB, voucherID int64) (left int64, buyers []int64, err error) {
+func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (left int64, buyers []int64, err error) {
+	s := m.Service
 	var ids []int64
 	users := map[int64]int64{} // order ID -> user
-	from := "-"
-	for {
-		msgs, err := s.rdb.XRangeN(ctx, streamKey, from, "+", 1000).Result()
-		if err != nil {
-			return 0, nil, fmt.Errorf("read stream: %w", err)
+	err = eachEntry(ctx, s.rdb, StreamKey, func(m redis.XMessage) {
+		o, err := ParseEntry(m)
+		if err == nil && o.VoucherID == voucherID {
+			ids = append(ids, o.ID)
+			users[o.ID] = o.UserID
 		}
-		for _, m := range msgs {
-			o, err := parseEntry(m)
-			if err == nil && o.VoucherID == voucherID {
-				ids = append(ids, o.ID)
-				users[o.ID] = o.UserID
-			}
-		}
-		if len(msgs) < 1000 {
-			break
-		}
-		from = "(" + msgs[len(msgs)-1].ID
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("read stream: %w", err)
 	}
 	// A dead-lettered entry stays in the stream until trimmed, but its
 	// order will never be written: only entries still marked pending count.
@@ -194,4 +245,91 @@ func (s *Service) queued(ctx context.Context, _ *gorm.DB, voucherID int64) (left
 		}
 	}
 	return left, buyers, nil
+}
+
+// quiet reports whether every order of voucherID accepted in the
+// stream has been written: its count of queued orders is zero, and, if the
+// stream holds entries at all, the consumer group exists. A stream without
+// the group is not quiet: after Redis restarted empty, accept.lua
+// recreates the stream (and the count) before any consumer recreates the
+// group, and orders wait that nobody has seen.
+func (m asyncMode) quiet(ctx context.Context, voucherID int64) (bool, error) {
+	s := m.Service
+	pipe := s.rdb.Pipeline()
+	queued := pipe.Get(ctx, QueuedKey(voucherID))
+	length := pipe.XLen(ctx, StreamKey)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	if n, _ := queued.Int64(); n > 0 {
+		return false, nil
+	}
+	if length.Val() == 0 {
+		return true, nil
+	}
+	groups, err := s.rdb.XInfoGroups(ctx, StreamKey).Result()
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == GroupName }), nil
+}
+
+// IDFloor is the idworker.Floor of order IDs: the highest sequence number
+// among the orders in MySQL and those in Redis' streams (accepted, or
+// dead-lettered and perhaps replayed later) with an ID in [lo, hi). After
+// Redis lost the day's sequence, it restarts above this, so no ID a 200
+// gave out is given again.
+//
+// In MySQL it reads the highest ID (the primary key's last entry), then
+// the highest sequence among the IDs of the two minutes before it: with
+// clocks that disagree, an instance a little behind may have made a later
+// sequence number under an earlier second. Both reads are primary-key
+// ranges, not a scan of the day's orders.
+func IDFloor(db *gorm.DB, rdb redis.UniversalClient) idworker.Floor {
+	return func(ctx context.Context, prefix string, lo, hi int64) (int64, error) {
+		if prefix != orderIDPrefix {
+			return 0, fmt.Errorf("order.IDFloor knows only the %q sequence, not %q", orderIDPrefix, prefix)
+		}
+		const mask, skew = 1<<32 - 1, 120 // seconds
+		var last, top int64
+		err := db.WithContext(ctx).Raw("SELECT COALESCE(MAX(id), 0) FROM voucher_orders WHERE id >= ? AND id < ?", lo, hi).Scan(&last).Error
+		if err == nil && last > 0 {
+			from := max(lo, (last>>32-skew)<<32)
+			err = db.WithContext(ctx).Raw("SELECT COALESCE(MAX(id & ?), 0) FROM voucher_orders WHERE id >= ? AND id < ?", mask, from, hi).Scan(&top).Error
+		}
+		if err != nil {
+			return 0, fmt.Errorf("highest order ID in MySQL: %w", err)
+		}
+		for _, key := range []string{StreamKey, DeadKey} {
+			err := eachEntry(ctx, rdb, key, func(m redis.XMessage) {
+				str, _ := m.Values["id"].(string)
+				if id, err := strconv.ParseInt(str, 10, 64); err == nil && id >= lo && id < hi {
+					top = max(top, id&mask)
+				}
+			})
+			if err != nil {
+				return 0, fmt.Errorf("highest order ID in %s: %w", key, err)
+			}
+		}
+		return top, nil
+	}
+}
+
+// eachEntry calls fn with every entry of the stream key, oldest first, a
+// thousand at a time.
+func eachEntry(ctx context.Context, rdb redis.UniversalClient, key string, fn func(redis.XMessage)) error {
+	from := "-"
+	for {
+		msgs, err := rdb.XRangeN(ctx, key, from, "+", 1000).Result()
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			fn(m)
+		}
+		if len(msgs) < 1000 {
+			return nil
+		}
+		from = "(" + msgs[len(msgs)-1].ID
+	}
 }

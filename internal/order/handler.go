@@ -22,11 +22,36 @@ type Handler struct {
 func NewHandler(svc *Service, log *slog.Logger) *Handler { return &Handler{svc: svc, log: log} }
 
 // Register adds the routes, behind authn (which must set auth.From);
-// admin guards the ones only admins may call.
-func (h *Handler) Register(r gin.IRouter, authn, admin gin.HandlerFunc) {
-	r.POST("/seckill/:voucherId", authn, h.seckill)
+// admin guards the ones only admins may call, and throttle the buy button
+// (a user's requests over their rate are refused before any work).
+func (h *Handler) Register(r gin.IRouter, authn, admin, throttle gin.HandlerFunc) {
+	r.POST("/seckill/:voucherId", authn, throttle, h.seckill)
 	r.GET("/orders/:id", authn, h.get)
 	r.GET("/admin/queue", authn, admin, h.queue)
+	r.GET("/admin/dead-letters", authn, admin, h.deadLetters)
+	r.POST("/admin/dead-letters/replay", authn, admin, h.replay)
+}
+
+func (h *Handler) deadLetters(c *gin.Context) {
+	list, err := h.svc.DeadLetters(c.Request.Context(), MaxDeadLetters)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	web.JSON(c, http.StatusOK, gin.H{"dead_letters": list})
+}
+
+func (h *Handler) replay(c *gin.Context) {
+	var in ReplayInput
+	if !web.BindJSON(c, &in) {
+		return
+	}
+	res, err := h.svc.Replay(c.Request.Context(), in)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	web.JSON(c, http.StatusOK, gin.H{"replayed": res})
 }
 
 func (h *Handler) queue(c *gin.Context) {

@@ -121,20 +121,6 @@ func snapshotWith(ctx context.Context, db *gorm.DB, voucherID int64, orderIDs []
 	return stock, buyers, exist, nil
 }
 
-// ordered returns which of users hold an order of voucher.
-func ordered(ctx context.Context, db *gorm.DB, voucherID int64, users []int64) (map[int64]bool, error) {
-	var have []int64
-	err := db.WithContext(ctx).Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN ?", voucherID, users).Scan(&have).Error
-	if err != nil {
-		return nil, fmt.Errorf("find orders of voucher %d: %w", voucherID, err)
-	}
-	set := make(map[int64]bool, len(have))
-	for _, u := range have {
-		set[u] = true
-	}
-	return set, nil
-}
-
 // stockLeft reads vouchers.stock.
 func stockLeft(ctx context.Context, db *gorm.DB, voucherID int64) (int64, error) {
 	var n []int64

@@ -38,7 +38,8 @@ type Config struct {
 	// is rare (a reconciliation after Redis lost data); 0 turns it off.
 	SoldOutMemo time.Duration
 	// Async accepts orders in Redis and leaves writing them to a
-	// Persister (async.go); otherwise the row is written in the request.
+	// consumer (async.go, package order/queue); otherwise the row is
+	// written in the request.
 	Async bool
 	// GroupCommit is the most orders of concurrent requests written in one
 	// transaction in sync mode (writer.go); 1 writes each on its own.
@@ -60,19 +61,48 @@ type Service struct {
 	log      *slog.Logger
 	cfg      Config
 
+	mode mode // sync or async: how a unit becomes an order
+
 	soldOut sync.Map // voucher ID -> time.Time until which it is known sold out
 	buyers  buyerMemo
 	writes  writer
 }
 
+// mode is the one thing sync and async mode do differently: how a unit of
+// stock becomes an order once the sale window is checked. Sync mode
+// (syncMode, below) writes the row before it answers; async mode
+// (asyncMode, async.go) queues the order in Redis for a consumer to write.
+// Everything else (the window, the memories, reloading Redis, the sweeper)
+// is theirs in common, and asks the mode where the two differ.
+type mode interface {
+	// place takes a unit of voucherID for userID, makes it an order (or
+	// gives it back), and returns the order's ID.
+	place(ctx context.Context, voucherID, userID int64) (int64, error)
+	// accepted returns an order taken but not yet a row, or nil.
+	accepted(ctx context.Context, id int64) (*Order, error)
+	// stockAt reads, as of one moment, the units of voucherID left and its
+	// buyers, counting the orders on their way to MySQL: what a reload
+	// puts back in Redis after Redis lost it.
+	stockAt(ctx context.Context, voucherID int64) (left int64, buyers []int64, err error)
+	// quiet reports whether no order of voucherID is on its way to MySQL,
+	// so that Redis' count may be compared with MySQL's.
+	quiet(ctx context.Context, voucherID int64) (bool, error)
+}
+
 // NewService returns a Service.
 func NewService(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
-	return &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg,
+	s := &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg,
 		writes: writer{in: make(chan *write), max: max(cfg.GroupCommit, 1)}}
+	s.mode = syncMode{s}
+	if cfg.Async {
+		s.mode = asyncMode{s}
+	}
+	return s
 }
 
 // Seckill takes one unit of voucherID for userID and returns the new
-// order's ID. The order row is committed before it returns.
+// order's ID. In sync mode the order row is committed before it returns; in
+// async mode the order is in Redis, on its way to MySQL.
 func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, error) {
 	// Guard 1: the voucher exists and its sale is open. From memory.
 	v, err := s.vouchers.Find(ctx, voucherID)
@@ -88,26 +118,39 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	if s.knownBuyer(voucherID, userID) {
 		return 0, ErrAlreadyOrdered
 	}
-	if s.cfg.Async {
-		return s.accept(ctx, voucherID, userID)
-	}
+	return s.mode.place(ctx, voucherID, userID)
+}
 
+// syncMode writes the order row before the request answers: a 200 is a
+// committed row.
+type syncMode struct{ *Service }
+
+// place is sync mode's way from a unit of stock to an order row.
+func (m syncMode) place(ctx context.Context, voucherID, userID int64) (int64, error) {
+	s := m.Service
 	// Guard 2: take a unit in Redis, atomically with the stock and
 	// one-per-user checks. Most requests of a flash sale end here.
-	id, err := s.take(ctx, voucherID, userID)
+	id, err := m.take(ctx, voucherID, userID)
 	if err != nil {
 		return 0, err
 	}
 
 	// From here on this request holds a unit. Every way out either turns
-	// it into an order row or gives it back.
-	id, err = s.place(ctx, voucherID, userID, id)
-	if err != nil {
-		s.settleFailure(ctx, voucherID, userID, err)
+	// it into an order row or gives it back, or, when nobody can tell which
+	// (MySQL stopped answering right after a COMMIT), leaves it under its
+	// hold for the Sweeper, which asks MySQL again later.
+	id, outcome, err := m.write(ctx, voucherID, userID, id)
+	switch outcome {
+	case NotWritten:
+		m.settleFailure(ctx, voucherID, userID, err)
 		if errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) {
 			return 0, err
 		}
 		return 0, apperr.Down(err)
+	case Unknown:
+		s.log.WarnContext(ctx, "order outcome unknown: MySQL did not answer its COMMIT; the sweeper settles the hold",
+			"voucher", voucherID, "user", userID, "order", id, "err", err)
+		return 0, apperr.Down(fmt.Errorf("order %d: outcome unknown: %w", id, err))
 	}
 
 	// Close the hold. The order is committed whatever happens here: if
@@ -116,13 +159,14 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	if _, err := s.stocks.Confirm(context.WithoutCancel(ctx), voucherID, userID); err != nil {
 		s.log.WarnContext(ctx, "confirm hold; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
 	}
-	s.rememberBuyer(voucherID, userID)
+	s.rememberBuyer(voucherID, userID, true)
 	return id, nil
 }
 
 // take runs the stock script, which also draws the order's ID, reloading
 // the voucher's stock from MySQL if Redis lost it.
-func (s *Service) take(ctx context.Context, voucherID, userID int64) (int64, error) {
+func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, error) {
+	s := m.Service
 	for attempt := 0; ; attempt++ {
 		slot, err := idworker.SlotAt(orderIDPrefix, s.now())
 		if err != nil {
@@ -143,18 +187,16 @@ func (s *Service) take(ctx context.Context, voucherID, userID int64) (int64, err
 		case stock.SoldOutForNow:
 			return 0, ErrSoldOut
 		case stock.AlreadyBought:
-			s.rememberBuyer(voucherID, userID)
+			s.rememberBuyer(voucherID, userID, true)
 			return 0, ErrAlreadyOrdered
 		case stock.AlreadyBuying:
 			return 0, ErrBusy // the other request may yet fail: try again
 		case stock.IDsExhausted:
 			return 0, ErrIDsExhausted
 		}
-		// stock.Missing: Redis was flushed or restarted.
-		if attempt == 2 {
-			return 0, apperr.Down(fmt.Errorf("stock of voucher %d still missing after reloading", voucherID))
-		}
-		if err := s.reload(ctx, voucherID); err != nil {
+		// stock.Missing or stock.SequenceMissing: Redis was flushed or
+		// restarted, or this is the day's first order.
+		if err := s.restore(ctx, voucherID, attempt, res == stock.SequenceMissing); err != nil {
 			return 0, err
 		}
 	}
@@ -163,25 +205,27 @@ func (s *Service) take(ctx context.Context, voucherID, userID int64) (int64, err
 // orderIDPrefix names the order-ID sequence: icr:order:{yyyy:MM:dd}.
 const orderIDPrefix = "order"
 
-// place writes the order under the user's lock, within WriteTimeout, and
-// returns its ID: id, or a new one if id was already used (see errIDTaken).
-func (s *Service) place(ctx context.Context, voucherID, userID, id int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+// write writes the order under the user's lock, within WriteTimeout, and
+// returns its ID (id, or a new one if id was already used: see errIDTaken)
+// and what became of it.
+func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64, Outcome, error) {
+	s := m.Service
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 
 	// Guard 3: the per-user lock. Taken after the stock script so that the
 	// rejected majority never pays for it. Try once: a second request of
 	// the same user is told to come back, not queued.
-	lk, err := s.locks.Obtain(ctx, UserLockKey(voucherID, userID), s.cfg.LockTTL, lock.WithWatchdog(s.cfg.WriteTimeout))
+	lk, err := s.locks.Obtain(wctx, UserLockKey(voucherID, userID), s.cfg.LockTTL, lock.WithWatchdog(s.cfg.WriteTimeout))
 	if errors.Is(err, lock.ErrNotAcquired) {
-		return 0, ErrBusy
+		return 0, NotWritten, ErrBusy
 	}
 	if err != nil {
-		return 0, err
+		return 0, NotWritten, err
 	}
 	defer func() {
-		if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, lock.ErrNotHeld) {
-			s.log.WarnContext(ctx, "release user lock; it expires by itself", "key", lk.Key(), "err", err)
+		if err := lk.Release(context.WithoutCancel(wctx)); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+			s.log.WarnContext(wctx, "release user lock; it expires by itself", "key", lk.Key(), "err", err)
 		}
 	}()
 
@@ -191,12 +235,21 @@ func (s *Service) place(ctx context.Context, voucherID, userID, id int64) (int64
 	// transaction rolls back, instead of committing unprotected.
 	for {
 		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
-		err := s.commit(lk.Context(), o)
-		if !errors.Is(err, errIDTaken) && !errors.Is(err, errIDCollision) {
-			return id, err
+		outcome, err := s.commit(lk.Context(), o)
+		if outcome == Unknown {
+			// Ask MySQL, with a budget of its own (the write's may be
+			// spent). Should the hold expire meanwhile, the Sweeper asks
+			// the same way (a locking read) before it returns the unit,
+			// and a unit goes back at most once, whoever returns it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+			outcome, err = resolve(rctx, s.db, o)
+			cancel()
 		}
-		if id, err = s.ids.Next(ctx, orderIDPrefix); err != nil {
-			return 0, err
+		if outcome != NotWritten || (!errors.Is(err, errIDTaken) && !errors.Is(err, ErrIDCollision)) {
+			return id, outcome, err
+		}
+		if id, err = s.ids.Next(wctx, orderIDPrefix); err != nil {
+			return 0, NotWritten, err
 		}
 	}
 }
@@ -208,7 +261,8 @@ func (s *Service) place(ctx context.Context, voucherID, userID, id int64) (int64
 //   - sold out in MySQL: Redis counted a unit MySQL does not have (it
 //     drifted), so the unit is dropped, not given back to be sold again;
 //   - anything else: the unit goes back and the user may try again.
-func (s *Service) settleFailure(ctx context.Context, voucherID, userID int64, cause error) {
+func (m syncMode) settleFailure(ctx context.Context, voucherID, userID int64, cause error) {
+	s := m.Service
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	var err error
@@ -227,6 +281,51 @@ func (s *Service) settleFailure(ctx context.Context, voucherID, userID int64, ca
 	}
 }
 
+// accepted: in sync mode every order is a row or nothing.
+func (syncMode) accepted(context.Context, int64) (*Order, error) { return nil, nil }
+
+// stockAt: in sync mode MySQL's figures are the truth; a unit under a
+// hold that fails comes back by GiveBack or the Sweeper.
+func (m syncMode) stockAt(ctx context.Context, voucherID int64) (int64, []int64, error) {
+	return snapshot(ctx, m.db, voucherID)
+}
+
+// quiet: orders on their way are units under holds, which Reconcile
+// checks itself.
+func (syncMode) quiet(context.Context, int64) (bool, error) { return true, nil }
+
+// restore puts back what a script found missing in Redis: the day's order
+// ID sequence (seq), or the voucher's stock keys. attempt counts the tries.
+// Four are allowed: a request may find the sequence missing (the day's
+// first order), then, Redis having lost everything meanwhile, the stock,
+// then the sequence again, and only then take its unit. More than that,
+// and Redis is losing its keys faster than they are put back.
+func (s *Service) restore(ctx context.Context, voucherID int64, attempt int, seq bool) error {
+	if attempt == maxRestores {
+		return apperr.Down(fmt.Errorf("keys of voucher %d still missing after restoring them", voucherID))
+	}
+	if seq {
+		return s.seed(ctx)
+	}
+	return s.reload(ctx, voucherID)
+}
+
+const maxRestores = 4
+
+// seed starts the day's order-ID sequence (idworker.Seed). A thousand
+// requests may find it missing at once; as with reload, the lock makes one
+// of them ask MySQL while the rest wait for it and then find it there.
+func (s *Service) seed(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	lk, err := s.locks.Obtain(ctx, "id-seed:"+orderIDPrefix, s.cfg.LockTTL, lock.Wait())
+	if err != nil {
+		return apperr.Down(fmt.Errorf("lock seeding of order IDs: %w", err))
+	}
+	defer lk.Release(context.WithoutCancel(ctx))
+	return apperr.Down(s.ids.Seed(ctx, orderIDPrefix, s.now()))
+}
+
 // reload rebuilds a voucher's Redis keys from MySQL. A thousand requests
 // may find the key missing at once; the lock makes one of them read MySQL
 // while the rest wait for it (without polling) and then find the key there.
@@ -241,11 +340,7 @@ func (s *Service) reload(ctx context.Context, voucherID int64) error {
 	if _, ok, err := s.stocks.Left(ctx, voucherID); err != nil || ok {
 		return apperr.Down(err) // nil if another request reloaded it
 	}
-	read := snapshot
-	if s.cfg.Async {
-		read = s.queued // orders accepted but not yet written hold units too
-	}
-	left, buyers, err := read(ctx, s.db, voucherID)
+	left, buyers, err := s.mode.stockAt(ctx, voucherID)
 	if err != nil {
 		return apperr.Down(err)
 	}
@@ -263,24 +358,41 @@ func UserLockKey(voucherID, userID int64) string {
 	return "order:" + strconv.FormatInt(voucherID, 10) + ":" + strconv.FormatInt(userID, 10)
 }
 
-// buyerMemo remembers users whose order for a voucher is settled, so
-// that their repeated clicks are answered already_ordered from memory. A
-// settled order never goes away, so an entry never goes stale; the memo
-// only forgets everything when it grows past maxBuyerMemo, to bound memory.
+// buyerMemo remembers users who bought a voucher, so that their repeated
+// clicks are answered already_ordered from memory. In sync mode the order
+// is a committed row, which never goes away: the entry is kept for good.
+// In async mode the order is only accepted: MySQL may still refuse it, and
+// its dead letter frees the buyer to buy again (or Redis may lose it), so
+// the entry lasts unsettledBuyerMemo, long enough to absorb a burst of
+// clicks, short enough that a freed buyer is not turned away for long. The
+// memo forgets everything when it grows past maxBuyerMemo, to bound memory.
 type buyerMemo struct {
-	m sync.Map // [2]int64{voucher, user} -> struct{}
+	m sync.Map // [2]int64{voucher, user} -> time.Time until which it holds; zero: for good
 	n atomic.Int64
 }
 
-const maxBuyerMemo = 1 << 20
+const (
+	maxBuyerMemo       = 1 << 20
+	unsettledBuyerMemo = time.Second
+)
 
 func (s *Service) knownBuyer(voucherID, userID int64) bool {
-	_, ok := s.buyers.m.Load([2]int64{voucherID, userID})
-	return ok
+	v, ok := s.buyers.m.Load([2]int64{voucherID, userID})
+	if !ok {
+		return false
+	}
+	until := v.(time.Time)
+	return until.IsZero() || s.now().Before(until)
 }
 
-func (s *Service) rememberBuyer(voucherID, userID int64) {
-	if _, loaded := s.buyers.m.LoadOrStore([2]int64{voucherID, userID}, struct{}{}); !loaded {
+// rememberBuyer remembers that userID bought voucherID; settled says the
+// order is a committed row.
+func (s *Service) rememberBuyer(voucherID, userID int64, settled bool) {
+	var until time.Time
+	if !settled {
+		until = s.now().Add(unsettledBuyerMemo)
+	}
+	if _, loaded := s.buyers.m.Swap([2]int64{voucherID, userID}, until); !loaded {
 		if s.buyers.n.Add(1) > maxBuyerMemo {
 			s.buyers.m.Clear()
 			s.buyers.n.Store(0)
@@ -302,14 +414,10 @@ func (s *Service) rememberSoldOut(voucherID int64) {
 // Get returns an order to its owner or an admin; to anyone else it does
 // not exist.
 func (s *Service) Get(ctx context.Context, id, callerID int64, admin bool) (View, error) {
-	var o *Order
-	var err error
-	if s.cfg.Async {
-		// Pending first: the persister commits the row, then forgets the
-		// marker, so one of the two reads finds the order whenever it is
-		// read. MySQL first could miss it between the two.
-		o, err = s.findPending(ctx, id)
-	}
+	// Accepted first: async's consumer commits the row, then forgets the
+	// pending marker, so one of the two reads finds the order whenever it
+	// is read. MySQL first could miss it between the two.
+	o, err := s.mode.accepted(ctx, id)
 	if err == nil && o == nil {
 		o, err = find(ctx, s.db, id)
 	}

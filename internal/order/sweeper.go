@@ -3,6 +3,7 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"seckill/internal/stock"
@@ -23,12 +24,24 @@ func (s *Service) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Tomorrow's order-ID sequence is started today, while MySQL answers:
+	// seeding needs it (see idworker.Seed), and async mode must go on
+	// accepting orders past midnight while MySQL is away.
+	if err := s.ids.Seed(ctx, orderIDPrefix, s.now().Add(24*time.Hour)); err != nil {
+		s.log.WarnContext(ctx, "seed tomorrow's order IDs", "err", err)
+	}
+	// One voucher's trouble (a row lock that will not come, a malformed
+	// key) must not stop the others' units from coming back.
+	var errs []error
 	for _, voucherID := range ids {
+		if ctx.Err() != nil {
+			break
+		}
 		if err := s.sweepVoucher(ctx, voucherID); err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("voucher %d: %w", voucherID, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
@@ -45,12 +58,16 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		return err
 	}
 	if len(users) > 0 {
-		have, err := ordered(ctx, s.db, voucherID, users)
+		have, err := s.ordersOf(ctx, voucherID, users)
 		if err != nil {
 			return err
 		}
 		for _, u := range users {
-			if have[u] {
+			id, known := have[u]
+			if !known {
+				continue // MySQL could not tell: next round
+			}
+			if id != 0 {
 				_, err = s.stocks.Confirm(ctx, voucherID, u)
 			} else {
 				var back bool
@@ -68,17 +85,15 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		// An hour after the sale: no request can still hold a unit (holds
 		// expired long ago), so the voucher leaves the sweeper's list.
 		if len(users) == 0 {
-			return s.stocks.Forget(ctx, voucherID)
+			return s.stocks.Forget(ctx, voucherID, 24*time.Hour, AcceptedKey(voucherID), QueuedKey(voucherID))
 		}
 		return nil
 	}
 	fixed, err := s.stocks.Reconcile(ctx, voucherID, func(ctx context.Context) (int64, error) {
-		if s.cfg.Async {
-			// Orders still in the stream hold units MySQL does not show
-			// yet: compare only when everything accepted is written.
-			if q, err := s.QueueStats(ctx); err != nil || q.Lag > 0 || q.Pending > 0 {
-				return 0, stock.ErrNotNow
-			}
+		// Orders on their way hold units MySQL does not show yet:
+		// compare only when all of this voucher's are written.
+		if quiet, err := s.mode.quiet(ctx, voucherID); err != nil || !quiet {
+			return 0, stock.ErrNotNow
 		}
 		return stockLeft(ctx, s.db, voucherID)
 	})
@@ -86,6 +101,36 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		s.log.InfoContext(ctx, "corrected Redis stock to MySQL's", "voucher", voucherID)
 	}
 	return err
+}
+
+// ordersOf asks MySQL, with the locking read of resolve, which of users
+// hold an order of voucherID: the order's ID, 0 for none. If the batch
+// cannot be read (one user's transaction is stuck open on a connection
+// MySQL has not noticed is dead, and the lock wait times out), it asks user
+// by user, and leaves out those it cannot tell about: one stuck order must
+// not keep every other expired hold of the voucher from coming back.
+func (s *Service) ordersOf(ctx context.Context, voucherID int64, users []int64) (map[int64]int64, error) {
+	have, err := lockedOrders(ctx, s.db, voucherID, users)
+	if err == nil {
+		known := make(map[int64]int64, len(users))
+		for _, u := range users {
+			known[u] = have[u] // 0: known to hold none
+		}
+		return known, nil
+	}
+	s.log.WarnContext(ctx, "sweep: look up expired holds one by one", "voucher", voucherID, "err", err)
+	have = map[int64]int64{}
+	for _, u := range users {
+		one, err := lockedOrders(ctx, s.db, voucherID, []int64{u})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			continue
+		}
+		have[u] = one[u]
+	}
+	return have, nil
 }
 
 // RunSweeper sweeps every period until ctx is done. Every instance runs

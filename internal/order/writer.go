@@ -12,7 +12,7 @@ import (
 // takes the row lock, and the next waits for the COMMIT (an fsync) of the
 // one before. Requests that arrive together are therefore written together:
 // each hands its order to the writer and waits; the writer takes whatever
-// orders are waiting and commits them in one transaction (writeBatch, the
+// orders are waiting and commits them in one transaction (WriteBatch, the
 // same as async mode's). The row is locked once per batch instead of once
 // per order. Each request still answers only after its own row is
 // committed, so a sync 200 keeps its promise. Under light load a batch is
@@ -25,7 +25,14 @@ import (
 type write struct {
 	ctx   context.Context // the user's lock's context: if it ends, the order must not be written
 	order *Order
-	done  chan error
+	done  chan written
+}
+
+// written is what the writer answers a request: its order's Outcome, and
+// the error when it was not Written.
+type written struct {
+	outcome Outcome
+	err     error
 }
 
 // writer is the group-commit loop's input.
@@ -39,16 +46,18 @@ type writer struct {
 const Writers = 4
 
 // commit writes o through the writer and returns when it is committed or
-// has failed. It waits for the answer even if ctx ends meanwhile: a batch
-// already sent may commit the order, and the caller must know.
-func (s *Service) commit(ctx context.Context, o *Order) error {
-	w := &write{ctx: ctx, order: o, done: make(chan error, 1)}
+// has failed, or when its COMMIT's answer was lost (Unknown). It waits for
+// the answer even if ctx ends meanwhile: a batch already sent may commit
+// the order, and the caller must know.
+func (s *Service) commit(ctx context.Context, o *Order) (Outcome, error) {
+	w := &write{ctx: ctx, order: o, done: make(chan written, 1)}
 	select {
 	case s.writes.in <- w:
 	case <-ctx.Done():
-		return ctx.Err()
+		return NotWritten, ctx.Err()
 	}
-	return <-w.done
+	r := <-w.done
+	return r.outcome, r.err
 }
 
 // RunWriter runs one group-commit loop until ctx is done; start Writers of
@@ -81,7 +90,7 @@ func (s *Service) writeGroup(batch []*write) {
 	live := batch[:0]
 	for _, w := range batch {
 		if err := w.ctx.Err(); err != nil {
-			w.done <- err
+			w.done <- written{NotWritten, err}
 			continue
 		}
 		live = append(live, w)
@@ -102,19 +111,28 @@ func (s *Service) writeGroup(batch []*write) {
 		for i, w := range live {
 			watches[i] = context.AfterFunc(w.ctx, cancel) // cancel the batch when w's context ends
 		}
-		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return writeBatch(tx, orders) })
+		outcome, err := Transact(ctx, s.db, func(tx *gorm.DB) error { return WriteBatch(tx, orders) })
 		cancel()
 		for _, stop := range watches {
 			stop()
 		}
-		if err == nil {
+		switch outcome {
+		case Written:
 			for _, w := range live {
-				w.done <- nil
+				w.done <- written{Written, nil}
+			}
+			return
+		case Unknown:
+			// The batch's COMMIT went unanswered: every member looks its
+			// own order up (resolve), in its own request.
+			for _, w := range live {
+				w.done <- written{Unknown, err}
 			}
 			return
 		}
 	}
 	for _, w := range live {
-		w.done <- s.db.WithContext(w.ctx).Transaction(func(tx *gorm.DB) error { return insert(tx, w.order) })
+		outcome, err := Transact(w.ctx, s.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
+		w.done <- written{outcome, err}
 	}
 }

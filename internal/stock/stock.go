@@ -53,6 +53,9 @@ const (
 	AlreadyBuying Result = 5
 	// IDsExhausted: the day's order IDs are used up; nothing was taken.
 	IDsExhausted Result = 6
+	// SequenceMissing: the day's ID sequence does not exist; seed it
+	// (idworker.Worker.Seed) and take again. Nothing was taken.
+	SequenceMissing Result = 7
 )
 
 var (
@@ -81,8 +84,13 @@ type Keys struct {
 // KeysOf builds the keys of voucher id. This is the only place that
 // spells them.
 func KeysOf(id int64) Keys {
-	tag := "seckill:{v" + strconv.FormatInt(id, 10) + "}:"
-	return Keys{Stock: tag + "stock", Buyers: tag + "buyers", Holds: tag + "holds"}
+	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds")}
+}
+
+// KeyOf names another key of voucher id, in the same Redis Cluster slot as
+// its stock keys, so that one script may touch them all.
+func KeyOf(id int64, name string) string {
+	return "seckill:{v" + strconv.FormatInt(id, 10) + "}:" + name
 }
 
 func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Holds} }
@@ -243,9 +251,17 @@ func (s *Store) Left(ctx context.Context, voucherID int64) (n int64, ok bool, er
 	return n, true, nil
 }
 
-// Forget takes a voucher off the sweeper's list; its keys stay.
-func (s *Store) Forget(ctx context.Context, voucherID int64) error {
-	if err := s.rdb.SRem(ctx, indexKey, voucherID).Err(); err != nil {
+// Forget takes a voucher off the sweeper's list, and lets its keys (and
+// others given, of the same voucher) expire after keep: its sale is over,
+// and no request reads them any more (the sale window is checked first),
+// but a reader of GET /vouchers may for a while.
+func (s *Store) Forget(ctx context.Context, voucherID int64, keep time.Duration, others ...string) error {
+	pipe := s.rdb.Pipeline()
+	pipe.SRem(ctx, indexKey, voucherID)
+	for _, key := range append(KeysOf(voucherID).all(), others...) {
+		pipe.Expire(ctx, key, keep)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("forget voucher %d: %w", voucherID, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package stock_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,7 +30,17 @@ func newVoucher(t *testing.T, s *stock.Store, n int64) int64 {
 	return id
 }
 
+// slot returns a fresh ID sequence, seeded (scripts never start one).
 func slot(t *testing.T) idworker.Slot {
+	t.Helper()
+	s := unseeded(t)
+	if err := testenv.Redis(t, 0).Set(context.Background(), s.Key, 0, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func unseeded(t *testing.T) idworker.Slot {
 	t.Helper()
 	s, err := idworker.SlotAt(testenv.Name("stocktest"), time.Now())
 	if err != nil {
@@ -37,6 +48,24 @@ func slot(t *testing.T) idworker.Slot {
 	}
 	t.Cleanup(func() { testenv.Redis(t, 0).Del(context.Background(), s.Key) })
 	return s
+}
+
+// A missing ID sequence takes nothing: INCR would restart it at 1 and
+// repeat IDs (see idworker.Seed).
+func TestTakeRefusesMissingSequence(t *testing.T) {
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	id := newVoucher(t, s, 5)
+	sl := unseeded(t)
+	if res, _, err := s.Take(context.Background(), id, 1, sl); err != nil || res != stock.SequenceMissing {
+		t.Fatalf("take: %v %v, want SequenceMissing", res, err)
+	}
+	if n := left(t, s, id); n != 5 {
+		t.Fatalf("%d left, want 5: nothing taken", n)
+	}
+	if n := rdb.Exists(context.Background(), sl.Key).Val(); n != 0 {
+		t.Fatal("the script created the sequence")
+	}
 }
 
 func left(t *testing.T, s *stock.Store, id int64) int64 {
@@ -214,5 +243,36 @@ func TestLoadOnlyWhenMissing(t *testing.T) {
 	}
 	if n := left(t, s, id); n != 3 {
 		t.Fatalf("left %d, want 3", n)
+	}
+}
+
+// A finished sale's keys do not stay in Redis forever: Forget takes the
+// voucher off the sweeper's list and lets its keys expire.
+func TestForgetLetsKeysExpire(t *testing.T) {
+	rdb := testenv.Redis(t, 0)
+	ctx := context.Background()
+	s := stock.NewStore(rdb, time.Minute)
+	id := newVoucher(t, s, 3)
+	if res, _, err := s.Take(ctx, id, 1, slot(t)); err != nil || res != stock.Taken {
+		t.Fatalf("take: %v %v", res, err)
+	}
+	extra := stock.KeyOf(id, "accepted")
+	rdb.HSet(ctx, extra, "1", "42")
+	t.Cleanup(func() { rdb.Del(ctx, extra) })
+	if err := s.Forget(ctx, id, time.Hour, extra); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.Vouchers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ids, id) {
+		t.Error("still on the sweeper's list")
+	}
+	k := stock.KeysOf(id)
+	for _, key := range []string{k.Stock, k.Buyers, k.Holds, extra} {
+		if ttl := rdb.TTL(ctx, key).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("%s: TTL %s, want up to an hour", key, ttl)
+		}
 	}
 }

@@ -14,7 +14,8 @@
 -- Returns {0, order ID} taken, {1} sold out, {2} already bought, {3} stock
 -- key missing, {4} sold out with holds still open (units that may yet come
 -- back), {5} already bought by a request still holding its unit (it may
--- yet fail), {6} the day's ID sequence is exhausted.
+-- yet fail), {6} the day's ID sequence is exhausted, {7} the day's ID
+-- sequence is missing (seed it, then try again). Nothing changes unless {0}.
 -- Redis runs a script alone, so no other request can slip in between the
 -- check and the decrement: this is what makes "check stock, then take it"
 -- safe without a lock.
@@ -34,8 +35,11 @@ if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   end
   return {2}
 end
-local id = next_id(KEYS[4], ARGV[3], ARGV[4])
+local id, why = next_id(KEYS[4], ARGV[3], ARGV[4])
 if not id then
+  if why == 'missing' then
+    return {7}
+  end
   return {6}
 end
 redis.call('DECR', KEYS[1])

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -32,7 +33,8 @@ type body struct {
 
 // Error answers err in the contract's envelope. Errors that are not an
 // *apperr.Error are logged once, with their cause, and answered as a
-// generic internal error: the client never sees internal detail.
+// generic internal error: the client never sees internal detail. An error
+// made with apperr.RetryAfter also gets a Retry-After header.
 func Error(c *gin.Context, log *slog.Logger, err error) {
 	e := apperr.As(err)
 	switch {
@@ -45,7 +47,19 @@ func Error(c *gin.Context, log *slog.Logger, err error) {
 		log.ErrorContext(c.Request.Context(), "internal error", "path", c.FullPath(), "err", err)
 		e = apperr.New(apperr.Internal, "internal error")
 	}
+	if after, ok := apperr.RetryAfterOf(err); ok {
+		c.Header("Retry-After", strconv.Itoa(retrySeconds(after)))
+	}
 	abort(c, apperr.Status(e.Code), e.Code, e.Message)
+}
+
+// retrySeconds is after as the Retry-After header writes it: whole
+// seconds (RFC 9110 allows no fractions), rounded up, and at least 1. A
+// client told 0, or told to come back a fraction of a second too early,
+// retries at once and meets the same refusal.
+func retrySeconds(after time.Duration) int {
+	s := int((after + time.Second - 1) / time.Second)
+	return max(s, 1)
 }
 
 func abort(c *gin.Context, status int, code apperr.Code, msg string) {

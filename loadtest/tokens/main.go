@@ -1,7 +1,9 @@
 // Command tokens logs users in through the server's API and writes their
 // tokens to a file, one per line, for load generators (wrk, k6) to send as
 // Authorization: Bearer <token>. The server must run with AUTH_DEV_CODES
-// on, so that POST /auth/code answers the code.
+// on, so that POST /auth/code answers the code, and with the login code
+// limits off (AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0
+// AUTH_CODES_PER_ADDR_PER_MIN=0), since every login comes from one address.
 //
 //	go run ./loadtest/tokens -base http://127.0.0.1:8080 -n 2000 -first 13900000000 -out /tmp/tokens.txt
 //
@@ -114,6 +116,10 @@ func login(ctx context.Context, cl *http.Client, base, phone string) (string, er
 		Code string `json:"code"`
 	}
 	if err := call(ctx, cl, http.MethodPost, base+"/auth/code", "", map[string]string{"phone": phone}, http.StatusOK, &sent); err != nil {
+		var st *statusError
+		if errors.As(err, &st) && st.status == http.StatusTooManyRequests {
+			return "", fmt.Errorf("%w (%s)", err, codeLimitsHint)
+		}
 		return "", err
 	}
 	if sent.Code == "" {
@@ -130,6 +136,11 @@ func login(ctx context.Context, cl *http.Client, base, phone string) (string, er
 	}
 	return in.Token, nil
 }
+
+// codeLimitsHint explains a 429 from POST /auth/code: this tool logs
+// thousands of users in from one address, which the server's default
+// limits refuse after the twentieth.
+const codeLimitsHint = "the server limits login codes per phone and per client address; start a load test's server with AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0"
 
 func buyOnce(ctx context.Context, cl *http.Client, base, token, voucherID string) error {
 	err := call(ctx, cl, http.MethodPost, base+"/seckill/"+voucherID, token, nil, http.StatusOK, nil)

@@ -317,7 +317,10 @@ func login(ctx context.Context, cl *http.Client, base, phone string) (string, er
 	var sent struct {
 		Code string `json:"code"`
 	}
-	if _, err := call(ctx, cl, http.MethodPost, base+"/auth/code", "", map[string]string{"phone": phone}, http.StatusOK, &sent); err != nil {
+	if status, err := call(ctx, cl, http.MethodPost, base+"/auth/code", "", map[string]string{"phone": phone}, http.StatusOK, &sent); err != nil {
+		if status == http.StatusTooManyRequests {
+			return "", fmt.Errorf("%w (the server limits login codes per phone and per client address; start a load test's server with AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0)", err)
+		}
 		return "", err
 	}
 	if sent.Code == "" {

@@ -1,0 +1,164 @@
+// Package admission turns away, at once and before any Redis or MySQL
+// work, the requests an instance should not take on:
+//
+//   - a user clicking faster than any person does (a bot, a script, a
+//     stuck retry loop): a token bucket per user on the buy button;
+//   - more requests at once than the instance's pools can serve: a cap on
+//     requests in flight.
+//
+// Both answer 429 busy with a Retry-After header. The point is the speed
+// of the no: a request refused here costs microseconds and no connection,
+// while a request let in past what the pools can serve waits for a
+// connection, times out after seconds, and meanwhile holds memory and a
+// goroutine, so that under a load far beyond capacity every request ends in
+// a timeout, the good ones too.
+//
+// Both are per instance, in memory: no Redis round trip. A user's limit is
+// then per instance (a load balancer spreading one user over three
+// instances lets them through three times as fast), which is fine for its
+// purpose: keeping one client from taking an instance's capacity.
+package admission
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apperr"
+	"seckill/internal/auth"
+)
+
+var (
+	// ErrTooFast answers a user over their rate.
+	ErrTooFast = apperr.New(apperr.Busy, "too many requests from you; try again after Retry-After seconds")
+	// ErrOverloaded answers a request beyond the instance's cap.
+	ErrOverloaded = apperr.New(apperr.Busy, "the server is at capacity; try again after Retry-After seconds")
+)
+
+// Buckets is a token bucket per user: each holds up to burst tokens and
+// gains rate tokens a second; a request takes one, or is refused. It is
+// safe for concurrent use.
+//
+// A full bucket is the same as no bucket, so buckets that have filled up
+// are dropped now and then: memory grows with the users active in the
+// last burst/rate seconds, not with all users ever seen.
+type Buckets struct {
+	rate  float64 // tokens a second
+	burst float64
+	now   func() time.Time
+
+	shards [64]shard // by user: one lock per shard, not one for all
+}
+
+type shard struct {
+	mu      sync.Mutex
+	buckets map[int64]*bucket
+	takes   int
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time // when tokens was last brought up to date
+}
+
+// NewBuckets returns Buckets of rate tokens a second and burst tokens at
+// most; rate 0 turns the limit off.
+func NewBuckets(rate float64, burst int, now func() time.Time) *Buckets {
+	b := &Buckets{rate: rate, burst: float64(max(burst, 1)), now: now}
+	for i := range b.shards {
+		b.shards[i].buckets = map[int64]*bucket{}
+	}
+	return b
+}
+
+// Take takes a token of user's bucket. If there is none it returns false
+// and how long until there is one.
+func (b *Buckets) Take(user int64) (bool, time.Duration) {
+	if b.rate <= 0 {
+		return true, 0
+	}
+	s := &b.shards[uint64(user)%uint64(len(b.shards))]
+	now := b.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.takes++; s.takes >= 4096 {
+		s.takes = 0
+		s.dropFull(now, b)
+	}
+	k, ok := s.buckets[user]
+	if !ok {
+		k = &bucket{tokens: b.burst, at: now}
+		s.buckets[user] = k
+	}
+	k.refill(now, b)
+	if k.tokens >= 1 {
+		k.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - k.tokens) / b.rate * float64(time.Second))
+}
+
+func (k *bucket) refill(now time.Time, b *Buckets) {
+	if d := now.Sub(k.at).Seconds(); d > 0 {
+		k.tokens = min(b.burst, k.tokens+d*b.rate)
+		k.at = now
+	}
+}
+
+// dropFull forgets the buckets that have filled up again.
+func (s *shard) dropFull(now time.Time, b *Buckets) {
+	for user, k := range s.buckets {
+		if k.refill(now, b); k.tokens >= b.burst {
+			delete(s.buckets, user)
+		}
+	}
+}
+
+// PerUser is a gin middleware, after authentication, that refuses a user
+// over their rate before the handler does any work.
+func (b *Buckets) PerUser(fail func(*gin.Context, error)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if ok, wait := b.Take(auth.From(c).UserID); !ok {
+			fail(c, apperr.RetryAfter(ErrTooFast, wait))
+			return
+		}
+		c.Next()
+	}
+}
+
+// Cap bounds the requests an instance works on at once.
+type Cap struct {
+	slots chan struct{}
+}
+
+// NewCap returns a Cap of n requests at once; n 0 turns it off.
+func NewCap(n int) *Cap {
+	if n <= 0 {
+		return &Cap{}
+	}
+	return &Cap{slots: make(chan struct{}, n)}
+}
+
+// Limit is a gin middleware that lets a request in if a slot is free, and
+// answers 429 busy at once otherwise: never a queue, which would only turn
+// overload into timeouts. The paths in exempt (health checks) always pass.
+func (cp *Cap) Limit(fail func(*gin.Context, error), exempt ...string) gin.HandlerFunc {
+	skip := map[string]bool{}
+	for _, p := range exempt {
+		skip[p] = true
+	}
+	return func(c *gin.Context) {
+		if cp.slots == nil || skip[c.Request.URL.Path] {
+			c.Next()
+			return
+		}
+		select {
+		case cp.slots <- struct{}{}:
+			defer func() { <-cp.slots }()
+			c.Next()
+		default:
+			fail(c, apperr.RetryAfter(ErrOverloaded, time.Second))
+		}
+	}
+}

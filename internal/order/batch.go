@@ -1,0 +1,93 @@
+package order
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"gorm.io/gorm"
+)
+
+// ErrIDCollision is an entry whose order ID another order already has.
+var ErrIDCollision = errors.New("order ID collision")
+
+// ErrWrittenMeanwhile: the order was written by another writer while this
+// one tried (a claim raced a slow consumer). The transaction rolls back;
+// the next attempt finds the row and settles the entry.
+var ErrWrittenMeanwhile = errors.New("order written meanwhile by another writer")
+
+// WriteBatch writes orders in one transaction: skip those already written
+// (a redelivery), insert the rest in one multi-row INSERT, and take each
+// voucher's units with one guarded UPDATE. ">= n" is "> 0" for n units: a
+// batch that would take more than is left fails whole.
+func WriteBatch(tx *gorm.DB, orders []Order) error {
+	ids := make([]int64, len(orders))
+	for i, o := range orders {
+		ids[i] = o.ID
+	}
+	var done []Order
+	if err := tx.Raw("SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
+		return fmt.Errorf("find written orders: %w", err)
+	}
+	owner := map[int64]Order{} // of the IDs already written
+	for _, d := range done {
+		owner[d.ID] = d
+	}
+	for _, o := range orders {
+		// The same ID for another order is not a redelivery: Redis lost its
+		// ID counters and handed out an ID already used.
+		if d, ok := owner[o.ID]; ok && (d.UserID != o.UserID || d.VoucherID != o.VoucherID) {
+			return fmt.Errorf("%w: order %d is already another order's ID", ErrIDCollision, o.ID)
+		}
+	}
+	var fresh []Order
+	units := map[int64]int64{}
+	inBatch := map[int64]Order{}
+	for _, o := range orders {
+		if d, ok := inBatch[o.ID]; ok {
+			// Twice in this batch. The same order twice is one entry
+			// delivered twice; two orders with one ID is a collision, which
+			// must fail as the single INSERT's would, not become one row
+			// and two answers of 200.
+			if d.UserID != o.UserID || d.VoucherID != o.VoucherID {
+				return fmt.Errorf("%w: order %d given to two orders in one batch", ErrIDCollision, o.ID)
+			}
+			continue
+		}
+		inBatch[o.ID] = o
+		if _, ok := owner[o.ID]; !ok {
+			fresh = append(fresh, o)
+			units[o.VoucherID]++
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if err := tx.Create(&fresh).Error; err != nil {
+		if errors.Is(err, gorm.ErrDuplicatedKey) && len(fresh) == 1 {
+			// One order: tell which key it hit. The same order written
+			// meanwhile by another writer is success; the user's other
+			// order is a refusal.
+			if err := duplicate(tx, &fresh[0]); err != nil {
+				return err
+			}
+			return ErrWrittenMeanwhile
+		}
+		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
+	}
+	// Voucher rows are locked in ID order, so that two batches touching the
+	// same vouchers cannot each hold one the other waits for (a deadlock).
+	for _, voucherID := range slices.Sorted(maps.Keys(units)) {
+		n := units[voucherID]
+		res := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ? AND stock >= ?", n, voucherID, n)
+		if res.Error != nil {
+			return fmt.Errorf("deduct %d from voucher %d: %w", n, voucherID, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return ErrSoldOut
+		}
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package order
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+)
+
+// Outcome is what became of a write to MySQL. It has three values, not
+// two, because of one moment: the COMMIT was sent and its answer never
+// came (the connection was reset, a timeout fired, the network dropped the
+// reply). The transaction may have committed or not, and no error message
+// can say which. Treating that as "not written" gives back a unit whose
+// order exists (an oversell); treating it as "written" answers 200 for an
+// order that does not exist. So every caller must handle Unknown, and the
+// only way out of it is to look.
+type Outcome int
+
+const (
+	// NotWritten: MySQL did not commit the transaction. Safe to give the
+	// unit back.
+	NotWritten Outcome = iota
+	// Written: the transaction committed.
+	Written
+	// Unknown: the COMMIT was sent and no answer came back. Look the order
+	// up (see resolve) before giving anything back.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case NotWritten:
+		return "not written"
+	case Written:
+		return "written"
+	}
+	return "unknown"
+}
+
+// transact runs fn in a transaction and tells what became of it. It is
+// gorm's Transaction with the COMMIT's failure told apart from the
+// statements' failures: a statement that failed leaves nothing behind
+// (the transaction rolls back, or dies with its connection), but a COMMIT
+// that failed may have committed.
+func Transact(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) (Outcome, error) {
+	return transactWith(ctx, db, nil, fn)
+}
+
+// transactWith is transact with options for the transaction.
+func transactWith(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) (Outcome, error) {
+	tx := db.WithContext(ctx).Begin(opts)
+	if err := tx.Error; err != nil {
+		return NotWritten, fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback() // if it fails too, the server rolls back when the connection dies
+		return NotWritten, err
+	}
+	err := tx.Commit().Error
+	if err == nil {
+		return Written, nil
+	}
+	return commitOutcome(err), fmt.Errorf("commit: %w", err)
+}
+
+// commitOutcome classifies a failed COMMIT.
+func commitOutcome(err error) Outcome {
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me):
+		// MySQL answered, with an error: it did not commit.
+		return NotWritten
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Never sent: the driver returns ErrBadConn only when the server
+		// cannot have seen the statement, and database/sql refuses to
+		// commit a transaction whose context has ended (and rolls it back).
+		return NotWritten
+	}
+	return Unknown
+}
+
+// resolve finds out whether o was committed, after a COMMIT whose answer
+// was lost. The order's transaction inserted its row first, and that row
+// holds a lock on the unique (user_id, voucher_id) entry until the
+// transaction ends. A locking read of that entry (lockedOrders) therefore
+// waits for the transaction to finish one way or the other, and then sees
+// the truth: a plain read could see "no row" while the COMMIT is still on
+// its way, and the order would appear after we gave its unit back.
+//
+// It tries until ctx ends; if MySQL cannot be asked in that time the
+// outcome stays Unknown, and the unit is left under its hold for the
+// Sweeper, which asks again.
+func resolve(ctx context.Context, db *gorm.DB, o *Order) (Outcome, error) {
+	delay := 50 * time.Millisecond
+	for {
+		have, err := lockedOrders(ctx, db, o.VoucherID, []int64{o.UserID})
+		switch {
+		case err == nil && have[o.UserID] == o.ID:
+			return Written, nil
+		case err == nil && have[o.UserID] != 0:
+			return NotWritten, ErrAlreadyOrdered // the user's other order: impossible under the lock, but not ours
+		case err == nil:
+			return NotWritten, fmt.Errorf("order %d: the answer to its COMMIT was lost, and it did not commit", o.ID)
+		}
+		if ctx.Err() != nil {
+			return Unknown, fmt.Errorf("look up order %d after a lost COMMIT: %w", o.ID, err)
+		}
+		sleep(ctx, delay)
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// lockedOrders returns the IDs of the orders of voucherID that users hold,
+// by user, reading with a shared lock: a row whose transaction is still
+// open (its COMMIT on the way) is waited for, not taken for absent. The
+// read runs in READ COMMITTED: it still waits on those rows, but takes no
+// gap locks, which under REPEATABLE READ would block other buyers' INSERTs
+// into the gaps around the users asked about for as long as it waits.
+// On SQLite (the embedded demo) a plain read is exact: its writes never
+// lose an answer.
+func lockedOrders(ctx context.Context, db *gorm.DB, voucherID int64, users []int64) (map[int64]int64, error) {
+	var rows []struct{ ID, UserID int64 }
+	q := "SELECT id, user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN ?"
+	var opts *sql.TxOptions
+	if db.Dialector.Name() == "mysql" {
+		q += " LOCK IN SHARE MODE"
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	_, err := transactWith(ctx, db, opts, func(tx *gorm.DB) error { return tx.Raw(q, voucherID, users).Scan(&rows).Error })
+	if err != nil {
+		return nil, fmt.Errorf("look up orders of voucher %d: %w", voucherID, err)
+	}
+	have := make(map[int64]int64, len(rows))
+	for _, r := range rows {
+		have[r.UserID] = r.ID
+	}
+	return have, nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,557 @@
+// Package queue is the consumer side of async mode's orders queue: it
+// writes the orders that package order accepted into a Redis Stream to
+// MySQL, in batches, through a consumer group, losing none when a consumer
+// dies, when MySQL is away for a while, or when an answer is lost.
+//
+// Package order owns the stream's format (its keys, its entries, the
+// accept script that adds them) and the batch write itself (WriteBatch,
+// shared with sync mode's group commit); this package owns what happens to
+// an entry after it is accepted: delivery, claims, acknowledgement, back-off,
+// dead letters, trimming.
+package queue
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"seckill/internal/order"
+	"seckill/internal/stock"
+)
+
+// Config tunes the consumer that writes accepted orders to MySQL.
+type Config struct {
+	Consumer      string        // this consumer's name: stable across restarts of one instance
+	Batch         int           // entries read and written at once
+	ClaimIdle     time.Duration // an entry pending this long in another consumer is taken over
+	MaxDeliveries int64         // deliveries after which a failing entry goes to the dead letters
+}
+
+var (
+	//go:embed prune.lua
+	pruneSrc    string
+	pruneScript = redis.NewScript(pruneSrc)
+
+	//go:embed ack.lua
+	ackSrc    string
+	ackScript = redis.NewScript(ackSrc)
+)
+
+// DefaultConfig is a good start.
+var DefaultConfig = Config{Batch: 500, ClaimIdle: 5 * time.Second, MaxDeliveries: 5}
+
+// Consumer is one consumer of the group that writes the orders stream to
+// MySQL. Each server instance runs one, named so that a restarted instance
+// finds its own unacknowledged entries again.
+//
+// At-least-once: an entry is acknowledged only after its transaction
+// commits, so a crash between the two redelivers it, and writing an entry
+// twice is a no-op (the order ID is the primary key, checked first).
+//
+// A consumer that cannot write (MySQL down, read-only during a failover,
+// out of disk) is sick: it stops taking new entries, so that the healthy
+// consumers get them, and leaves its own entries alone, so that they go
+// idle and the healthy consumers claim them. It probes MySQL with
+// exponential back-off until a write succeeds. Nothing it was given is ever
+// dead-lettered for being unwritable: only MySQL's verdict on an entry
+// itself (a duplicate order, a value it rejects) makes a dead letter.
+type Consumer struct {
+	db  *gorm.DB
+	rdb redis.UniversalClient
+	now func() time.Time
+	cfg Config
+	log *slog.Logger
+
+	claimCursor string // XAUTOCLAIM's cursor, carried from call to call
+	size        int    // entries read at once: Batch, halved while batches run out of time
+
+	// While sick: the back-off before the next probe, since when, and when
+	// it was last logged (once a minute is enough to be seen).
+	backoff   time.Duration
+	sickSince time.Time
+	sickLog   time.Time
+	lastErr   error
+}
+
+// New returns a Consumer of the orders stream in rdb that writes to db.
+func New(db *gorm.DB, rdb redis.UniversalClient, now func() time.Time, cfg Config, log *slog.Logger) *Consumer {
+	return &Consumer{db: db, rdb: rdb, now: now, cfg: cfg, log: log.With("consumer", cfg.Consumer), claimCursor: "0-0", size: cfg.Batch}
+}
+
+// Run consumes until ctx is done, then finishes the batch in hand and
+// drains what this instance was given, until drain is done.
+func (p *Consumer) Run(ctx, drain context.Context) {
+	if err := p.ensureGroup(drain); err != nil {
+		p.log.Warn("create consumer group; retrying in the loop", "err", err)
+	}
+	// Entries delivered to this consumer before a restart come first.
+	p.catchUp(drain)
+	claim := time.NewTicker(p.cfg.ClaimIdle / 2)
+	defer claim.Stop()
+	trim := time.NewTicker(10 * time.Second)
+	defer trim.Stop()
+	for ctx.Err() == nil {
+		if p.sick() {
+			p.recover(ctx, drain)
+			continue
+		}
+		select {
+		case <-claim.C:
+			p.claim(drain)
+			p.catchUp(drain) // own entries whose write failed before
+		case <-trim.C:
+			p.trim(drain)
+			p.trimDead(drain)
+			p.pruneConsumers(drain)
+		default:
+		}
+		if _, err := p.readNew(drain, 200*time.Millisecond); err != nil {
+			p.log.Warn("read stream", "err", err)
+			sleep(ctx, time.Second)
+		}
+	}
+	// Shutting down: the HTTP server has stopped accepting, so what is
+	// left is finite. Write it, bounded by the drain deadline.
+	for drain.Err() == nil && !p.sick() {
+		n, err := p.readNew(drain, 0)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	if !p.sick() {
+		p.catchUp(drain)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// sick reports whether the last write failed for a reason that is not the
+// entry's own (see Consumer).
+func (p *Consumer) sick() bool { return p.backoff > 0 }
+
+// fell records that a write failed with err, a transient error.
+func (p *Consumer) fell(err error) {
+	if p.backoff == 0 {
+		p.sickSince, p.sickLog = p.now(), p.now()
+		p.log.Warn("MySQL does not take writes; this consumer stops reading new entries and retries with back-off", "err", err)
+	}
+	p.lastErr = err
+	p.backoff = min(max(2*p.backoff, 100*time.Millisecond), maxBackoff)
+}
+
+// maxBackoff caps the wait between probes of a MySQL that will not write.
+const maxBackoff = 5 * time.Second
+
+// recover waits out the back-off (with jitter, so that the consumers of
+// every instance do not retry in step), then tries a real write: its own
+// pending entries, read with XRANGE so that their idle time keeps growing
+// and a healthy consumer may claim them meanwhile (rereading them through
+// the group would reset it). Holding none, it probes with a write that
+// changes nothing (a read-only MySQL answers pings and reads). It is
+// healthy again only when a write succeeds: a probe that succeeds while
+// the real writes still fail (a row lock held, say) would make it bounce
+// between sick and healthy without ever backing off.
+func (p *Consumer) recover(ctx, drain context.Context) {
+	d := p.backoff/2 + rand.N(p.backoff/2+1)
+	sleep(ctx, d)
+	if p.now().Sub(p.sickLog) >= time.Minute {
+		p.sickLog = p.now()
+		p.log.Warn("MySQL still does not take writes; retrying", "since", p.sickSince.Format(time.RFC3339), "err", p.lastErr)
+	}
+	own, err := p.ownPending(drain)
+	if err == nil && len(own) > 0 {
+		err = p.handle(drain, own)
+	} else if err == nil {
+		pctx, cancel := context.WithTimeout(drain, p.cfg.ClaimIdle/2)
+		_, err = order.Transact(pctx, p.db, func(tx *gorm.DB) error {
+			return tx.Exec("UPDATE vouchers SET stock = stock WHERE id = 0").Error
+		})
+		cancel()
+	}
+	if err != nil {
+		p.fell(err)
+		return
+	}
+	p.log.Info("MySQL takes writes again", "after", p.now().Sub(p.sickSince).Round(time.Millisecond))
+	p.backoff, p.lastErr = 0, nil
+	p.catchUp(drain)
+}
+
+// ownPending reads up to size entries delivered to this consumer and not
+// yet acknowledged, without delivering them again (XPENDING, then XRANGE).
+func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
+	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: order.StreamKey, Group: order.GroupName, Start: "-", End: "+", Count: int64(p.size), Consumer: p.cfg.Consumer,
+	}).Result()
+	if err != nil || len(ps) == 0 {
+		return nil, err
+	}
+	pipe := p.rdb.Pipeline()
+	reads := make([]*redis.XMessageSliceCmd, len(ps))
+	for i, e := range ps {
+		reads[i] = pipe.XRangeN(ctx, order.StreamKey, e.ID, e.ID, 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	var msgs []redis.XMessage
+	for _, r := range reads {
+		msgs = append(msgs, r.Val()...) // none: trimmed after another consumer wrote it
+	}
+	return msgs, nil
+}
+
+// ensureGroup creates the group, and the stream with it, if missing:
+// reading with a group that does not exist fails with NOGROUP. "0" makes
+// a new group start at the oldest entry, so entries accepted before the
+// group existed are not skipped.
+func (p *Consumer) ensureGroup(ctx context.Context) error {
+	err := p.rdb.XGroupCreateMkStream(ctx, order.StreamKey, order.GroupName, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("create group %s: %w", order.GroupName, err)
+	}
+	return nil
+}
+
+// readNew reads entries never delivered to anyone, and writes them. block
+// 0 means do not wait.
+func (p *Consumer) readNew(ctx context.Context, block time.Duration) (int, error) {
+	args := &redis.XReadGroupArgs{
+		Group: order.GroupName, Consumer: p.cfg.Consumer,
+		Streams: []string{order.StreamKey, ">"}, Count: int64(p.size), Block: block,
+	}
+	if block == 0 {
+		args.Block = -1 // go-redis: negative leaves BLOCK out; 0 would block forever
+	}
+	streams, err := p.rdb.XReadGroup(ctx, args).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil // a blocking read that timed out
+	}
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "NOGROUP") {
+			return 0, p.ensureGroup(ctx) // Redis lost the group (a flush)
+		}
+		return 0, err
+	}
+	n := 0
+	for _, s := range streams {
+		n += len(s.Messages)
+		if err := p.handle(ctx, s.Messages); err != nil {
+			p.fell(err)
+		}
+	}
+	return n, nil
+}
+
+// catchUp rereads the entries delivered to this consumer and not yet
+// acknowledged (ID "0" instead of ">"), and writes them.
+func (p *Consumer) catchUp(ctx context.Context) {
+	from := "0"
+	for ctx.Err() == nil {
+		streams, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: order.GroupName, Consumer: p.cfg.Consumer,
+			Streams: []string{order.StreamKey, from}, Count: int64(p.size), Block: -1,
+		}).Result()
+		if err != nil || len(streams) == 0 || len(streams[0].Messages) == 0 {
+			return
+		}
+		msgs := streams[0].Messages
+		if err := p.handle(ctx, msgs); err != nil {
+			p.fell(err)
+			return // the rest wait: rereading them would keep them from being claimed
+		}
+		from = msgs[len(msgs)-1].ID
+	}
+}
+
+// claim takes over entries another consumer was given but has not
+// acknowledged for ClaimIdle: that consumer's process has most likely
+// died. XAUTOCLAIM walks the pending list with a cursor; carrying it from
+// call to call makes each call continue where the last one stopped.
+func (p *Consumer) claim(ctx context.Context) {
+	msgs, next, err := p.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+		Stream: order.StreamKey, Group: order.GroupName, Consumer: p.cfg.Consumer,
+		MinIdle: p.cfg.ClaimIdle, Start: p.claimCursor, Count: int64(p.size),
+	}).Result()
+	if err != nil {
+		if !errors.Is(err, redis.Nil) {
+			p.log.Warn("claim idle entries", "err", err)
+		}
+		return
+	}
+	p.claimCursor = next
+	if len(msgs) > 0 {
+		p.log.Info("claimed entries of an idle consumer", "count", len(msgs))
+		if err := p.handle(ctx, msgs); err != nil {
+			p.fell(err)
+		}
+	}
+}
+
+// handle writes a batch and acknowledges what was settled: written, found
+// already written, or sent to the dead letters. An entry that could not be
+// written for a reason that is not its own stays pending, and handle
+// returns that reason: the caller's consumer is sick (see Consumer).
+func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
+	// A batch once read is finished even if shutdown begins meanwhile (ctx
+	// is the drain's, which ends only when SHUTDOWN_GRACE runs out), and
+	// it must end well before another consumer may claim its entries.
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ClaimIdle/2)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	var entries []redis.XMessage
+	var orders []order.Order
+	for _, m := range msgs {
+		o, err := order.ParseEntry(m)
+		if err != nil {
+			p.deadLetter(ctx, m, err) // cannot ever succeed: do not retry
+			continue
+		}
+		entries = append(entries, m)
+		orders = append(orders, o)
+	}
+	if len(orders) == 0 {
+		return nil
+	}
+	outcome, err := p.write(ctx, orders)
+	if outcome == order.Written {
+		p.size = min(2*p.size, p.cfg.Batch)
+		p.ack(ctx, entries, orders)
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) && len(orders) > 1 {
+		// Too big to write in its time: smaller batches next, or the
+		// same batch would run out of time forever.
+		p.size = max(len(orders)/2, 1)
+	}
+	if transient(err) {
+		// MySQL is away, read-only, full, or lost the COMMIT's answer
+		// (Unknown: the next attempt finds the rows if it committed).
+		// Writing the entries one by one would fail the same way.
+		return err
+	}
+	// MySQL refused the batch because of what is in it. Write its entries
+	// one by one, so that one bad entry cannot hold the others back.
+	p.log.Warn("batch refused; writing its entries one by one", "size", len(orders), "err", err)
+	for i, o := range orders {
+		if time.Now().After(deadline) {
+			return nil // the rest stay pending for the next attempt
+		}
+		outcome, err := p.write(ctx, []order.Order{o})
+		switch {
+		case outcome == order.Written:
+			p.ack(ctx, entries[i:i+1], orders[i:i+1])
+		case transient(err):
+			return err
+		case errors.Is(err, order.ErrSoldOut) || errors.Is(err, order.ErrAlreadyOrdered) || errors.Is(err, order.ErrIDCollision):
+			p.deadLetter(ctx, entries[i], err) // MySQL refuses it for good: retrying cannot help
+		case p.deliveries(ctx, entries[i].ID) >= p.cfg.MaxDeliveries:
+			p.deadLetter(ctx, entries[i], err) // MySQL refused this entry, again and again
+		}
+		// Otherwise left pending: catchUp delivers it again, and counts.
+	}
+	return nil
+}
+
+// write runs writeBatch in a transaction, within ctx.
+func (p *Consumer) write(ctx context.Context, orders []order.Order) (order.Outcome, error) {
+	outcome, err := order.Transact(ctx, p.db, func(tx *gorm.DB) error { return order.WriteBatch(tx, orders) })
+	if errors.Is(err, order.ErrWrittenMeanwhile) {
+		// Another consumer wrote it while we tried: this time we find it.
+		outcome, err = order.Transact(ctx, p.db, func(tx *gorm.DB) error { return order.WriteBatch(tx, orders) })
+	}
+	return outcome, err
+}
+
+// transient reports whether err says nothing about the entries written:
+// MySQL could not be reached, did not answer, answered that it cannot
+// write now (read-only during a failover, disk full, too many
+// connections, shutting down, no quorum, a lock wait, a deadlock), or lost
+// the answer to a COMMIT. Such an error is retried for as long as it takes:
+// an accepted order is never given up because MySQL was away.
+//
+// Only MySQL's verdict on a row itself is permanent: a duplicate key, a
+// CHECK or foreign key, a value it cannot store. Errors of this package's
+// own (sold out, already ordered, ID collision) are verdicts too. A MySQL
+// error number not known here counts as transient: retrying an unknown
+// failure forever costs a log line a minute; dead-lettering it would break
+// the promise of a 200.
+func transient(err error) bool {
+	// gorm (TranslateError) replaces some MySQL errors with its own.
+	if errors.Is(err, order.ErrSoldOut) || errors.Is(err, order.ErrAlreadyOrdered) || errors.Is(err, order.ErrIDCollision) ||
+		errors.Is(err, gorm.ErrDuplicatedKey) || errors.Is(err, gorm.ErrForeignKeyViolated) || errors.Is(err, gorm.ErrCheckConstraintViolated) {
+		return false
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1048, // column cannot be null
+			1062, 1586, // duplicate entry
+			1264, 1690, // out of range
+			1265, 1292, 1366, // truncated or incorrect value
+			1406,       // data too long
+			1451, 1452, // foreign key
+			3819, 4025: // CHECK constraint (MySQL, MariaDB)
+			return false
+		}
+	}
+	return true
+}
+
+// ack acknowledges written entries, forgets their pending markers, and
+// counts them off their vouchers' queues (ack.lua), in one round trip.
+func (p *Consumer) ack(ctx context.Context, entries []redis.XMessage, orders []order.Order) {
+	keys := []string{order.StreamKey, order.PendingKey}
+	args := []any{order.GroupName}
+	for i, m := range entries {
+		keys = append(keys, order.QueuedKey(orders[i].VoucherID))
+		args = append(args, m.ID, orders[i].ID)
+	}
+	if err := ackScript.Run(ctx, p.rdb, keys, args...).Err(); err != nil {
+		// Not acknowledged: the entries are delivered again and found
+		// already written. Nothing is lost.
+		p.log.Warn("acknowledge written entries", "count", len(entries), "err", err)
+	}
+}
+
+// deliveries is how often an entry has been delivered.
+func (p *Consumer) deliveries(ctx context.Context, id string) int64 {
+	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: order.StreamKey, Group: order.GroupName, Start: id, End: id, Count: 1,
+	}).Result()
+	if err != nil || len(ps) == 0 {
+		return 0
+	}
+	return ps[0].RetryCount
+}
+
+// trim drops entries every consumer has acknowledged: those older than
+// the oldest pending entry, or than the last delivered one when none is
+// pending. Never an entry that is not yet written.
+func (p *Consumer) trim(ctx context.Context) {
+	groups, err := p.rdb.XInfoGroups(ctx, order.StreamKey).Result()
+	if err != nil {
+		return
+	}
+	var minID string
+	for _, g := range groups {
+		if g.Name != order.GroupName {
+			continue
+		}
+		minID = g.LastDeliveredID
+		if g.Pending > 0 {
+			sum, err := p.rdb.XPending(ctx, order.StreamKey, order.GroupName).Result()
+			if err != nil {
+				return
+			}
+			minID = sum.Lower
+		}
+	}
+	if minID == "" || minID == "0-0" {
+		return
+	}
+	if err := p.rdb.XTrimMinIDApprox(ctx, order.StreamKey, minID, 0).Err(); err != nil {
+		p.log.Warn("trim stream", "err", err)
+	}
+}
+
+// pruneConsumers removes from the group the consumers that hold no entry
+// and have not read for a long time: instances that are gone (a name is
+// host:port, and containers get new hosts). A live consumer reads every
+// 200 ms; one that is sick (not reading) and holds nothing loses nothing by
+// being removed: its next read adds it again.
+func (p *Consumer) pruneConsumers(ctx context.Context) {
+	consumers, err := p.rdb.XInfoConsumers(ctx, order.StreamKey, order.GroupName).Result()
+	if err != nil {
+		return
+	}
+	idle := max(time.Hour, 100*p.cfg.ClaimIdle)
+	for _, c := range consumers {
+		if c.Name != p.cfg.Consumer && c.Pending == 0 && c.Idle > idle {
+			if n, err := pruneScript.Run(ctx, p.rdb, []string{order.StreamKey}, order.GroupName, c.Name).Int(); err == nil && n == 1 {
+				p.log.Info("removed a consumer gone for long", "gone", c.Name, "idle", c.Idle)
+			}
+		}
+	}
+}
+
+var (
+	//go:embed dead.lua
+	deadSrc    string
+	deadScript = redis.NewScript(deadSrc)
+)
+
+// deadLetter moves an entry that cannot be written to the dead letters,
+// with its error, acknowledges it so the rest flows on, marks its order
+// failed, and settles its unit and buyer (see dead.lua).
+func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error) {
+	fields := []any{"stream_id", m.ID, "error", cause.Error()}
+	for k, v := range m.Values {
+		fields = append(fields, k, v)
+	}
+	unit, buyer := "back", "forget"
+	switch {
+	case errors.Is(cause, order.ErrSoldOut):
+		unit = "drop" // MySQL has no unit for it: Redis counted one too many
+	case errors.Is(cause, order.ErrAlreadyOrdered):
+		buyer = "keep" // the user holds another order
+	}
+	keys := []string{order.StreamKey, order.DeadKey, order.PendingKey}
+	orderID, _ := m.Values["id"].(string)
+	user, _ := m.Values["user"].(string)
+	if o, err := order.ParseEntry(m); err == nil {
+		k := stock.KeysOf(o.VoucherID)
+		keys = append(keys, k.Stock, k.Buyers, order.AcceptedKey(o.VoucherID), order.QueuedKey(o.VoucherID))
+	} else {
+		user = "" // malformed: no voucher's keys to settle
+	}
+	args := append([]any{order.GroupName, m.ID, orderID, user, unit, buyer}, fields...)
+	n, err := deadScript.Run(ctx, p.rdb, keys, args...).Int()
+	if err != nil {
+		p.log.Warn("dead-letter entry; it stays pending and is tried again", "id", m.ID, "err", err)
+		return
+	}
+	if n == 1 {
+		p.log.Error("entry sent to the dead letters", "id", m.ID, "values", m.Values, "err", cause)
+	}
+}
+
+// deadLetterAge is how long a dead letter is kept: long enough for an
+// admin to see and replay it; it was settled when it was made, so dropping
+// it later loses nothing but the record.
+const deadLetterAge = 30 * 24 * time.Hour
+
+// trimDead drops dead letters older than deadLetterAge, and the "failed"
+// markers of their orders.
+func (p *Consumer) trimDead(ctx context.Context) {
+	cutoff := strconv.FormatInt(time.Now().Add(-deadLetterAge).UnixMilli(), 10)
+	old, err := p.rdb.XRangeN(ctx, order.DeadKey, "-", "("+cutoff, 1000).Result()
+	if err != nil || len(old) == 0 {
+		return
+	}
+	pipe := p.rdb.Pipeline()
+	for _, m := range old {
+		if id, _ := m.Values["id"].(string); id != "" {
+			pipe.HDel(ctx, order.PendingKey, id)
+		}
+		pipe.XDel(ctx, order.DeadKey, m.ID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		p.log.Warn("trim old dead letters", "err", err)
+	}
+}
