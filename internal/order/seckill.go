@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 	"gorm.io/gorm"
 
 	"seckill/internal/apperr"
@@ -66,6 +67,7 @@ type Service struct {
 	soldOut sync.Map // voucher ID -> time.Time until which it is known sold out
 	buyers  buyerMemo
 	writes  writer
+	flights singleflight.Group // seed and reload: one attempt per instance at a time
 }
 
 // mode is the one thing sync and async mode do differently: how a unit of
@@ -313,42 +315,65 @@ func (s *Service) restore(ctx context.Context, voucherID int64, attempt int, seq
 const maxRestores = 4
 
 // seed starts the day's order-ID sequence (idworker.Seed). A thousand
-// requests may find it missing at once; as with reload, the lock makes one
-// of them ask MySQL while the rest wait for it and then find it there.
+// requests may find it missing at once (the sweeper seeds each day ahead,
+// so this is rare: a Redis that lost its keys, a first start). Within one
+// instance they share one attempt (alone); across instances the lock makes
+// one of them ask MySQL while the rest wait for it and then find it there.
+// Without the first, a flood's waiters fill the pool and the cap on
+// requests in flight while the one that asks MySQL waits for a connection.
 func (s *Service) seed(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	lk, err := s.locks.Obtain(ctx, "id-seed:"+orderIDPrefix, s.cfg.LockTTL, lock.Wait())
-	if err != nil {
-		return apperr.Down(fmt.Errorf("lock seeding of order IDs: %w", err))
-	}
-	defer lk.Release(context.WithoutCancel(ctx))
-	return apperr.Down(s.ids.Seed(ctx, orderIDPrefix, s.now()))
+	return s.alone(ctx, "seed", func(ctx context.Context) error {
+		lk, err := s.locks.Obtain(ctx, "id-seed:"+orderIDPrefix, s.cfg.LockTTL, lock.Wait())
+		if err != nil {
+			return apperr.Down(fmt.Errorf("lock seeding of order IDs: %w", err))
+		}
+		defer lk.Release(context.WithoutCancel(ctx))
+		return apperr.Down(s.ids.Seed(ctx, orderIDPrefix, s.now()))
+	})
 }
 
 // reload rebuilds a voucher's Redis keys from MySQL. A thousand requests
-// may find the key missing at once; the lock makes one of them read MySQL
-// while the rest wait for it (without polling) and then find the key there.
+// may find the key missing at once: as with seed, they share one attempt
+// per instance, and the lock makes one instance read MySQL while the rest
+// wait for it (without polling) and then find the key there.
 func (s *Service) reload(ctx context.Context, voucherID int64) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	lk, err := s.locks.Obtain(ctx, "stock-reload:"+strconv.FormatInt(voucherID, 10), s.cfg.LockTTL, lock.Wait())
-	if err != nil {
-		return apperr.Down(fmt.Errorf("lock reload of voucher %d: %w", voucherID, err))
+	return s.alone(ctx, "reload:"+strconv.FormatInt(voucherID, 10), func(ctx context.Context) error {
+		lk, err := s.locks.Obtain(ctx, "stock-reload:"+strconv.FormatInt(voucherID, 10), s.cfg.LockTTL, lock.Wait())
+		if err != nil {
+			return apperr.Down(fmt.Errorf("lock reload of voucher %d: %w", voucherID, err))
+		}
+		defer lk.Release(context.WithoutCancel(ctx))
+		if _, ok, err := s.stocks.Left(ctx, voucherID); err != nil || ok {
+			return apperr.Down(err) // nil if another instance reloaded it
+		}
+		left, buyers, err := s.mode.stockAt(ctx, voucherID)
+		if err != nil {
+			return apperr.Down(err)
+		}
+		if _, err := s.stocks.Load(ctx, voucherID, left, buyers); err != nil {
+			return apperr.Down(err)
+		}
+		s.log.InfoContext(ctx, "reloaded stock from MySQL", "voucher", voucherID, "stock", left, "buyers", len(buyers))
+		return nil
+	})
+}
+
+// alone runs fn once for all the callers that ask for key at the same
+// time, and gives each the result. fn runs for WriteTimeout on a context
+// of its own: the first caller leaving must not fail the others. A caller
+// leaves when its own context ends, with that context's error.
+func (s *Service) alone(ctx context.Context, key string, fn func(context.Context) error) error {
+	ch := s.flights.DoChan(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+		defer cancel()
+		return nil, fn(ctx)
+	})
+	select {
+	case r := <-ch:
+		return r.Err
+	case <-ctx.Done():
+		return apperr.Down(ctx.Err())
 	}
-	defer lk.Release(context.WithoutCancel(ctx))
-	if _, ok, err := s.stocks.Left(ctx, voucherID); err != nil || ok {
-		return apperr.Down(err) // nil if another request reloaded it
-	}
-	left, buyers, err := s.mode.stockAt(ctx, voucherID)
-	if err != nil {
-		return apperr.Down(err)
-	}
-	if _, err := s.stocks.Load(ctx, voucherID, left, buyers); err != nil {
-		return apperr.Down(err)
-	}
-	s.log.InfoContext(ctx, "reloaded stock from MySQL", "voucher", voucherID, "stock", left, "buyers", len(buyers))
-	return nil
 }
 
 // UserLockKey is the per-user lock's key. Per user and voucher: the rule

@@ -24,11 +24,19 @@ func (s *Service) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Tomorrow's order-ID sequence is started today, while MySQL answers:
-	// seeding needs it (see idworker.Seed), and async mode must go on
-	// accepting orders past midnight while MySQL is away.
-	if err := s.ids.Seed(ctx, orderIDPrefix, s.now().Add(24*time.Hour)); err != nil {
-		s.log.WarnContext(ctx, "seed tomorrow's order IDs", "err", err)
+	// Today's order-ID sequence is started before the day's first order
+	// needs it (a flood's first second then never waits on MySQL for it),
+	// and tomorrow's today, while MySQL answers: seeding needs MySQL (see
+	// idworker.Seed), and async mode must go on accepting orders past
+	// midnight while MySQL is away. Where the sequence exists, this is one
+	// EXISTS.
+	for _, day := range []struct {
+		at   time.Time
+		name string
+	}{{s.now(), "today's"}, {s.now().Add(24 * time.Hour), "tomorrow's"}} {
+		if err := s.ids.Seed(ctx, orderIDPrefix, day.at); err != nil {
+			s.log.WarnContext(ctx, "seed "+day.name+" order IDs", "err", err)
+		}
 	}
 	// One voucher's trouble (a row lock that will not come, a malformed
 	// key) must not stop the others' units from coming back.

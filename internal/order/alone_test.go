@@ -1,0 +1,67 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A flood that finds the ID sequence (or a voucher's keys) missing makes
+// one attempt per instance, not one per request: the rest wait for it.
+// And the first caller giving up does not end the attempt the others wait
+// on.
+func TestAloneOneAttemptForManyCallers(t *testing.T) {
+	s := &Service{cfg: Config{WriteTimeout: 5 * time.Second}}
+	var calls atomic.Int32
+	release := make(chan struct{})
+	attempt := func(ctx context.Context) error {
+		calls.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	// The first caller starts the attempt and leaves early.
+	early, leave := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() { left <- s.alone(early, "seed", attempt) }()
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	const n = 500
+	var wg sync.WaitGroup
+	var started atomic.Int32
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			started.Add(1)
+			errs <- s.alone(context.Background(), "seed", attempt)
+		})
+	}
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller that left: %v, want its context's error", err)
+	}
+	for started.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the others are waiting now
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("%d attempts for %d callers at once, want 1", got, n+1)
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a caller that waited: %v, want the attempt's result", err)
+		}
+	}
+}
