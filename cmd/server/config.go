@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -164,8 +165,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// HS256 signs with HMAC-SHA256, whose key must be at least as long
 		// as the hash's 32 bytes (RFC 7518, section 3.2): a shorter one is
 		// guessed sooner, and anyone who guesses it mints admin tokens.
-		if len(c.JWTSecret) < minJWTSecret {
-			errs = append(errs, fmt.Errorf("JWT_SECRET must be set (%d bytes or more; it has %d) when MYSQL_DSN or REDIS_ADDR is set; for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, len(c.JWTSecret)))
+		// Spaces around it are not counted: 32 blanks are no secret.
+		if n := len(bytes.TrimSpace(c.JWTSecret)); n < minJWTSecret {
+			errs = append(errs, fmt.Errorf("JWT_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) when MYSQL_DSN or REDIS_ADDR is set; for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, n))
 		}
 	}
 	if c.Mode != "sync" && c.Mode != "async" {
@@ -242,7 +244,7 @@ const (
 
 // checkProxy checks one entry of TRUSTED_PROXIES: an IP address or a CIDR,
 // as gin's SetTrustedProxies takes them, and not one that covers every
-// address: trusting every peer's X-Forwarded-For lets each client name its
+// address or a wide part of them: trusting every peer's X-Forwarded-For lets each client name its
 // own address, which is gin's default and the hole this setting closes.
 func checkProxy(p string) error {
 	if strings.Contains(p, "/") {
@@ -259,6 +261,16 @@ func checkProxy(p string) error {
 		}
 		if bits == 0 {
 			return fmt.Errorf("TRUSTED_PROXIES: %q trusts every peer, so that any client could name its own address; list your proxies' addresses", p)
+		}
+		// Wider networks are refused too: no tier of proxies is that big,
+		// and two of them (0.0.0.0/1 and 128.0.0.0/1) trust every peer as
+		// surely as one /0. IPv6's widest private range, fc00::/7, passes.
+		if v4 := prefix.Addr().Unmap().Is4(); (v4 && bits < 8) || (!v4 && bits < 7) {
+			widest := "/8"
+			if !v4 {
+				widest = "/7"
+			}
+			return fmt.Errorf("TRUSTED_PROXIES: %q is wider than %s: a few such entries trust every peer; list your proxies' addresses", p, widest)
 		}
 		return nil
 	}

@@ -35,7 +35,8 @@ func TestLoadConfig(t *testing.T) {
 		{"real stack", real, ""},
 		{"no JWT_SECRET with MySQL and Redis", with(real, "JWT_SECRET", ""), "JWT_SECRET must be set"},
 		{"short JWT_SECRET", with(real, "JWT_SECRET", "short"), "JWT_SECRET must be set"},
-		{"JWT_SECRET of 31 bytes", with(real, "JWT_SECRET", "0123456789abcdef0123456789abcde"), "JWT_SECRET must be set (32 bytes or more; it has 31)"},
+		{"JWT_SECRET of 31 bytes", with(real, "JWT_SECRET", "0123456789abcdef0123456789abcde"), "JWT_SECRET must be set (32 bytes or more, not counting spaces around it; it has 31)"},
+		{"JWT_SECRET of blanks", with(real, "JWT_SECRET", "        short          \n         "), "it has 5)"},
 		{"short JWT_SECRET in the demo", map[string]string{"JWT_SECRET": "short"}, ""},
 		{"only MYSQL_DSN", map[string]string{"MYSQL_DSN": real["MYSQL_DSN"], "JWT_SECRET": real["JWT_SECRET"]}, "set both MYSQL_DSN and REDIS_ADDR"},
 		{"bad DSN", with(real, "MYSQL_DSN", "not a dsn"), "MYSQL_DSN is not a valid"},
@@ -89,6 +90,10 @@ func TestLoadConfig(t *testing.T) {
 		{"trusted proxy with a zone", with(real, "TRUSTED_PROXIES", "fe80::1%eth0"), `TRUSTED_PROXIES: "fe80::1%eth0" is neither`},
 		{"every IPv4 peer trusted", with(real, "TRUSTED_PROXIES", "0.0.0.0/0"), `TRUSTED_PROXIES: "0.0.0.0/0" trusts every peer`},
 		{"every IPv6 peer trusted", with(real, "TRUSTED_PROXIES", "10.0.0.1,::/0"), `TRUSTED_PROXIES: "::/0" trusts every peer`},
+		{"every IPv4 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "0.0.0.0/1,128.0.0.0/1"), `TRUSTED_PROXIES: "0.0.0.0/1" is wider than /8`},
+		{"IPv4-mapped halves", with(real, "TRUSTED_PROXIES", "::ffff:128.0.0.0/97"), `TRUSTED_PROXIES: "::ffff:128.0.0.0/97" is wider than /8`},
+		{"every IPv6 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "8000::/1,::/1"), `TRUSTED_PROXIES: "8000::/1" is wider than /7`},
+		{"private ranges trusted", with(real, "TRUSTED_PROXIES", "10.0.0.0/8,172.16.0.0/12,fc00::/7"), ""},
 
 		// The DSN's own timeouts: the write deadline (STOCK_HOLD/3, 5s)
 		// plus either must stay under the hold (15s).

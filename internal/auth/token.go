@@ -95,6 +95,10 @@ func NewTokens(key []byte, ttl time.Duration, now func() time.Time) *Tokens {
 			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 			jwt.WithExpirationRequired(),
 			jwt.WithTimeFunc(now),
+			// One spelling per signature: lenient base64 would accept
+			// a few (padding, stray bits), each a distinct string to the
+			// cache of verified tokens.
+			jwt.WithStrictDecoding(),
 		),
 	}
 }

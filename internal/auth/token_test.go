@@ -193,6 +193,9 @@ func TestVerifyRejects(t *testing.T) {
 		{"garbage", "not-a-token"},
 		{"three garbage parts", "a.b.c"},
 		{"bearer prefix left in", "Bearer " + good},
+		// The same 32 signature bytes, spelled with the unused low bits of
+		// the last base64 character set: lenient decoding would accept it.
+		{"signature with stray bits", parts[0] + "." + parts[1] + "." + strayBits(parts[2])},
 		{"empty", ""},
 	}
 	tokens := tokensAt(testKey, issuedAt)
@@ -321,4 +324,13 @@ func TestVerifyCacheHonoursExpiry(t *testing.T) {
 	if _, err := tokens.Verify(forged); !errors.Is(err, auth.ErrBadToken) {
 		t.Fatalf("forged token: %v", err)
 	}
+}
+
+// strayBits respells a base64url HS256 signature (43 characters for 32
+// bytes, the last character carrying 4 bits and 2 unused ones) with its
+// lowest unused bit flipped: the same bytes to a lenient decoder.
+func strayBits(sig string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	return sig[:len(sig)-1] + string(alphabet[last^1])
 }
