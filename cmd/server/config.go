@@ -23,8 +23,8 @@ import (
 type config struct {
 	HTTPAddr      string
 	MySQLDSN      string // normalised: parseTime=true, loc=UTC
-	RedisAddr     string
 	RedisDB       int
+	Redis         redisConfig // REDIS_ADDR or REDIS_ADDRS, and how to reach them
 	JWTSecret     []byte
 	AdminPhones   []string
 	DevCodes      bool
@@ -56,7 +56,20 @@ type config struct {
 
 // embedded reports whether to run the single-instance demo: no MySQL and
 // no Redis configured.
-func (c config) embedded() bool { return c.MySQLDSN == "" && c.RedisAddr == "" }
+func (c config) embedded() bool { return c.MySQLDSN == "" && len(c.Redis.Addrs) == 0 }
+
+// redisConfig says how to reach Redis: one node (REDIS_ADDR, or one
+// address in REDIS_ADDRS) or a Sentinel-watched master (REDIS_ADDRS lists
+// the sentinels, REDIS_MASTER_NAME names the master), with optional ACL
+// credentials and TLS.
+type redisConfig struct {
+	Addrs            []string
+	MasterName       string
+	Username         string
+	Password         string
+	SentinelPassword string // the sentinels' own, if they ask for one
+	TLS              bool
+}
 
 func loadConfig(getenv func(string) string) (config, error) {
 	env := func(name, def string) string {
@@ -68,7 +81,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c := config{
 		HTTPAddr:    env("HTTP_ADDR", ":8080"),
 		MySQLDSN:    env("MYSQL_DSN", ""),
-		RedisAddr:   env("REDIS_ADDR", ""),
 		Mode:        env("SECKILL_MODE", "sync"),
 		LockBackend: env("LOCK_BACKEND", "redis"),
 	}
@@ -88,6 +100,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return v
 	}
 	c.RedisDB = intVar("REDIS_DB", 0, 0, 1<<20)
+	c.Redis, errs = redisVars(env("REDIS_ADDR", ""), env, errs)
 	// Three instances at 30 connections each leave 60 of MariaDB's default
 	// 151 for tools, migrations and tests.
 	c.MySQLMaxConns = intVar("MYSQL_MAX_OPEN_CONNS", 30, 1, 1000)
@@ -156,8 +169,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.JWTSecret = make([]byte, 32)
 			rand.Read(c.JWTSecret)
 		}
-	case c.MySQLDSN == "" || c.RedisAddr == "":
-		errs = append(errs, errors.New("set both MYSQL_DSN and REDIS_ADDR for the real stack, or neither for the embedded demo"))
+	case c.MySQLDSN == "" || len(c.Redis.Addrs) == 0:
+		errs = append(errs, errors.New("set both MYSQL_DSN and REDIS_ADDR (or REDIS_ADDRS) for the real stack, or neither for the embedded demo"))
 	default:
 		c.AdminPhones = splitList(env("ADMIN_PHONES", ""))
 		c.DevCodes = boolVar(env("AUTH_DEV_CODES", "false"))
@@ -241,6 +254,42 @@ const (
 	// maxLimit bounds the login code limits that 0 turns off.
 	maxLimit = 1_000_000_000
 )
+
+// redisVars reads where Redis is. REDIS_ADDR is one node; REDIS_ADDRS is
+// one node, or the sentinels when REDIS_MASTER_NAME is set. Several
+// addresses without a master name would be a Redis Cluster, which this
+// version refuses: some of its scripts touch keys of more than one slot.
+func redisVars(addr string, env func(name, def string) string, errs []error) (redisConfig, []error) {
+	r := redisConfig{
+		Addrs:            splitList(env("REDIS_ADDRS", "")),
+		MasterName:       env("REDIS_MASTER_NAME", ""),
+		Username:         env("REDIS_USERNAME", ""),
+		Password:         env("REDIS_PASSWORD", ""),
+		SentinelPassword: env("REDIS_SENTINEL_PASSWORD", ""),
+		TLS:              boolVar(env("REDIS_TLS", "false")),
+	}
+	switch {
+	case addr != "" && len(r.Addrs) > 0:
+		errs = append(errs, errors.New("set REDIS_ADDR (one node) or REDIS_ADDRS (a node, or Sentinel's sentinels with REDIS_MASTER_NAME), not both"))
+	case addr != "":
+		r.Addrs = []string{addr}
+	}
+	for _, a := range r.Addrs {
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("Redis address %q is not host:port", a))
+		}
+	}
+	switch {
+	case r.MasterName != "" && (addr != "" || len(r.Addrs) == 0):
+		errs = append(errs, errors.New("REDIS_MASTER_NAME needs REDIS_ADDRS to list the sentinels"))
+	case r.MasterName == "" && len(r.Addrs) > 1:
+		errs = append(errs, fmt.Errorf("REDIS_ADDRS lists %d addresses without REDIS_MASTER_NAME, which would be a Redis Cluster: this version runs on one Redis or a Sentinel-watched master (name it in REDIS_MASTER_NAME), not yet on a Cluster, whose scripts must keep to one slot", len(r.Addrs)))
+	}
+	if r.SentinelPassword != "" && r.MasterName == "" {
+		errs = append(errs, errors.New("REDIS_SENTINEL_PASSWORD is for the sentinels of REDIS_MASTER_NAME, which is not set"))
+	}
+	return r, errs
+}
 
 // checkProxy checks one entry of TRUSTED_PROXIES: an IP address or a CIDR,
 // as gin's SetTrustedProxies takes them, and not one that covers every

@@ -102,8 +102,8 @@ func checkConfig(t *testing.T, c config, env map[string]string) {
 			t.Fatal("the demo signs tokens with an empty key")
 		}
 	} else {
-		if c.MySQLDSN == "" || c.RedisAddr == "" {
-			t.Fatalf("MYSQL_DSN %q with REDIS_ADDR %q", c.MySQLDSN, c.RedisAddr)
+		if c.MySQLDSN == "" || len(c.Redis.Addrs) != 1 || c.Redis.Addrs[0] != strings.TrimSpace(env["REDIS_ADDR"]) {
+			t.Fatalf("MYSQL_DSN %q with Redis %q from REDIS_ADDR %q", c.MySQLDSN, c.Redis.Addrs, env["REDIS_ADDR"])
 		}
 		if len(c.JWTSecret) < minJWTSecret {
 			t.Fatalf("a JWT secret of %d bytes outside the demo", len(c.JWTSecret))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,15 @@ func TestLoadConfig(t *testing.T) {
 		{"trusted proxy with a zone", with(real, "TRUSTED_PROXIES", "fe80::1%eth0"), `TRUSTED_PROXIES: "fe80::1%eth0" is neither`},
 		{"every IPv4 peer trusted", with(real, "TRUSTED_PROXIES", "0.0.0.0/0"), `TRUSTED_PROXIES: "0.0.0.0/0" trusts every peer`},
 		{"every IPv6 peer trusted", with(real, "TRUSTED_PROXIES", "10.0.0.1,::/0"), `TRUSTED_PROXIES: "::/0" trusts every peer`},
+		// Where Redis is: one node, or Sentinel; a Cluster is refused.
+		{"sentinel", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:26379,10.0.0.2:26379", "REDIS_MASTER_NAME", "m"), ""},
+		{"one node in REDIS_ADDRS", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379"), ""},
+		{"REDIS_ADDRS alone is the real stack", with(real, "REDIS_ADDR", "", "MYSQL_DSN", "", "REDIS_ADDRS", "10.0.0.1:6379"), "set both MYSQL_DSN and REDIS_ADDR (or REDIS_ADDRS)"},
+		{"REDIS_ADDR and REDIS_ADDRS", with(real, "REDIS_ADDRS", "10.0.0.1:6379"), "not both"},
+		{"a cluster", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379"), "would be a Redis Cluster"},
+		{"a master name without sentinels", with(real, "REDIS_MASTER_NAME", "m"), "REDIS_MASTER_NAME needs REDIS_ADDRS"},
+		{"a Redis address without a port", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1", "REDIS_MASTER_NAME", "m"), `Redis address "10.0.0.1" is not host:port`},
+		{"a sentinel password without Sentinel", with(real, "REDIS_SENTINEL_PASSWORD", "x"), "REDIS_SENTINEL_PASSWORD is for the sentinels"},
 		{"every IPv4 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "0.0.0.0/1,128.0.0.0/1"), `TRUSTED_PROXIES: "0.0.0.0/1" is wider than /8`},
 		{"IPv4-mapped halves", with(real, "TRUSTED_PROXIES", "::ffff:128.0.0.0/97"), `TRUSTED_PROXIES: "::ffff:128.0.0.0/97" is wider than /8`},
 		{"every IPv6 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "8000::/1,::/1"), `TRUSTED_PROXIES: "8000::/1" is wider than /7`},
@@ -150,6 +160,23 @@ func TestLoadConfig(t *testing.T) {
 		want := auth.Limits{CodeInterval: time.Minute, CodesPerDay: 10, CodesPerAddrPerMin: 20, GuessesPerCode: 5, GuessesPerDay: 10, LockFor: 15 * time.Minute}
 		if auth.DefaultLimits != want {
 			t.Errorf("auth.DefaultLimits = %+v, want the documented %+v", auth.DefaultLimits, want)
+		}
+	})
+
+	t.Run("redis settings are read", func(t *testing.T) {
+		c, err := loadConfig(func(k string) string {
+			return with(real, "REDIS_ADDR", "", "REDIS_ADDRS", " 10.0.0.1:26379, 10.0.0.2:26379 ", "REDIS_MASTER_NAME", "m",
+				"REDIS_USERNAME", "seckill", "REDIS_PASSWORD", "pw", "REDIS_SENTINEL_PASSWORD", "spw", "REDIS_TLS", "true")[k]
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := redisConfig{Addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"}, MasterName: "m", Username: "seckill", Password: "pw", SentinelPassword: "spw", TLS: true}
+		if !reflect.DeepEqual(c.Redis, want) {
+			t.Errorf("redis %+v, want %+v", c.Redis, want)
+		}
+		if c, err := loadConfig(func(k string) string { return real[k] }); err != nil || !reflect.DeepEqual(c.Redis, redisConfig{Addrs: []string{"127.0.0.1:6379"}}) {
+			t.Errorf("REDIS_ADDR alone: %+v, %v", c.Redis, err)
 		}
 	})
 

@@ -83,6 +83,7 @@ type storeState struct {
 	Users       map[int64]int    // user ID -> orders
 	RedisStock  int64
 	RedisExists bool
+	RedisErr    error // why the stock could not be read, other than its absence
 	Holds       int64
 }
 
@@ -112,6 +113,9 @@ func readState(t *testing.T, db *gorm.DB, rdb *redis.Client, voucherID string) s
 	k := stock.KeysOf(vid)
 	n, err := rdb.Get(ctx, k.Stock).Int64()
 	s.RedisStock, s.RedisExists = n, err == nil
+	if err != nil && err != redis.Nil {
+		s.RedisErr = err
+	}
 	s.Holds = rdb.ZCard(ctx, k.Holds).Val()
 	return s
 }
@@ -158,7 +162,7 @@ func waitRest(t *testing.T, db *gorm.DB, rdb *redis.Client, voucherID string, wi
 			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Redis and MySQL disagree after %s: %+v", within, fmt.Sprintf("mysql stock %d, orders %d, redis stock %d (exists %v), holds %d", s.Stock, len(s.Orders), s.RedisStock, s.RedisExists, s.Holds))
+			t.Fatalf("Redis and MySQL disagree after %s: %+v", within, fmt.Sprintf("mysql stock %d, orders %d, redis stock %d (exists %v, error %v), holds %d", s.Stock, len(s.Orders), s.RedisStock, s.RedisExists, s.RedisErr, s.Holds))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

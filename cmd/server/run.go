@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"seckill/api"
 	"seckill/internal/admission"
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
@@ -173,15 +175,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		st.db = db
 		dialect = migrations.SQLite
 	} else {
-		st.rdb = redis.NewClient(&redis.Options{
-			Addr: cfg.RedisAddr, DB: cfg.RedisDB, PoolSize: cfg.RedisPoolSize,
-			// Fail fast when Redis is down: a request answers 503 in about
-			// a second instead of piling up behind redials. And never
-			// retry: the stock scripts are not idempotent, and a retry
-			// after a lost reply would answer "already ordered" to the
-			// user whose unit the first run took.
-			DialTimeout: time.Second, MaxRetries: -1,
-		})
+		st.rdb = newRedis(cfg)
 		db, err := gorm.Open(mysql.Open(cfg.MySQLDSN), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open mysql: %w", err)
@@ -218,6 +212,33 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		return nil, err
 	}
 	return st, nil
+}
+
+// newRedis makes the client of the Redis cfg names: one node, or the
+// master that Sentinel watches (go-redis asks the sentinels where it is,
+// and follows it when they fail it over).
+func newRedis(cfg config) redis.UniversalClient {
+	var tlsConfig *tls.Config
+	if cfg.Redis.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	opt := &redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, MasterName: cfg.Redis.MasterName, DB: cfg.RedisDB,
+		Username: cfg.Redis.Username, Password: cfg.Redis.Password,
+		SentinelPassword: cfg.Redis.SentinelPassword,
+		TLSConfig:        tlsConfig,
+		PoolSize:         cfg.RedisPoolSize,
+		// Fail fast when Redis is down: a request answers 503 in about
+		// a second instead of piling up behind redials. And never
+		// retry: the stock scripts are not idempotent, and a retry
+		// after a lost reply would answer "already ordered" to the
+		// user whose unit the first run took.
+		DialTimeout: time.Second, MaxRetries: -1,
+	}
+	if cfg.Redis.MasterName != "" {
+		return redis.NewFailoverClient(opt.Failover())
+	}
+	return redis.NewClient(opt.Simple())
 }
 
 // migrate applies the migrations. On MySQL it uses connections of its own
@@ -342,6 +363,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ok"})
 	})
+	api.Register(r) // GET /openapi.yaml: the API reference, machine-readable
 	auth.NewHandler(authSvc, cfg.DevCodes, log).Register(r)
 	voucher.NewHandler(vouchers, log).Register(r, authn, auth.RequireAdmin(fail))
 	buyers := admission.NewBuckets(cfg.SeckillRate, cfg.SeckillBurst, now)

@@ -15,7 +15,7 @@ import (
 // Code is a machine-readable error code of the external contract.
 type Code string
 
-// The codes of ../shared/spec/api.md, in its order.
+// The codes of the API reference, docs/api.md, in its order.
 const (
 	InvalidArgument Code = "invalid_argument"
 	Unauthorized    Code = "unauthorized"

@@ -95,6 +95,12 @@ func (s *Service) Replay(ctx context.Context, in ReplayInput) ([]Replayed, error
 			return nil, apperr.Invalid(fmt.Sprintf("%q is not a dead letter ID (such as 1700000000000-0)", id))
 		}
 	}
+	// A replayed order goes back on the stream, and in sync mode no
+	// consumer reads it: the unit would stay taken and the order pending
+	// for good. Dead letters are async mode's; sync mode can only show them.
+	if _, async := s.mode.(asyncMode); !async {
+		return nil, apperr.Invalid("replay needs SECKILL_MODE=async: in sync mode nothing writes the orders it would queue")
+	}
 	ids := in.IDs
 	var msgs []redis.XMessage
 	if len(ids) == 0 {

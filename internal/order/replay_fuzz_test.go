@@ -62,7 +62,9 @@ func FuzzReplayInput(f *testing.F) {
 	gin.SetMode(gin.TestMode)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Replay needs nothing but Redis before it has checked its input.
-	h := NewHandler(&Service{rdb: testenv.DownRedis(f), log: log}, log)
+	svc := &Service{rdb: testenv.DownRedis(f), log: log}
+	svc.mode = asyncMode{svc} // replay is async mode's
+	h := NewHandler(svc, log)
 	r := gin.New()
 	r.Use(web.Recover(log), web.LimitBody())
 	r.POST("/admin/dead-letters/replay", h.replay)
