@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// An experiment is one classic mistake of a seckill backend and its fix.
+// Both variants run the same load on a fresh stack, and each reports what
+// it broke. The broken variant must show damage on every run, so the lab
+// forces the race it depends on (see race and the clock in stack.go)
+// rather than hoping the scheduler produces it.
+type experiment struct {
+	name   string // what `go run ./cmd/lab NAME` takes
+	title  string // the mistake, in a few words
+	counts string // what a violation is, singular: "oversold unit"
+	lesson string // one line: what the fix teaches
+	broken func(ctx context.Context) (outcome, error)
+	fixed  func(ctx context.Context) (outcome, error)
+}
+
+// experiments lists the experiments in the order a developer usually
+// meets their mistakes: first the database, then the lock.
+var experiments = []experiment{
+	oversell,
+	optimistic,
+	queryInsert,
+	localMutex,
+	setnxNoExpiry,
+	setnxExpire,
+	delAfterExpiry,
+	getCompareDel,
+	nonReentrant,
+	noWatchdog,
+	pauseFencing,
+}
+
+// An outcome is what one variant did under the experiment's load.
+type outcome struct {
+	// violations counts the breaks of the experiment's invariant that the
+	// lab observed: units oversold, duplicate orders, overlapping lock
+	// holders, and so on. A fixed variant must show 0.
+	violations int
+	// summary says in a few words what happened, for the table.
+	summary string
+	// measures holds the numbers behind the summary, such as orders
+	// written or buyers refused.
+	measures map[string]int
+}
+
+// MarshalJSON flattens the measures next to violations and summary, so
+// that a script reads "broken.violations" and "broken.orders" alike.
+func (o outcome) MarshalJSON() ([]byte, error) {
+	m := map[string]any{"violations": o.violations, "summary": o.summary}
+	for k, v := range o.measures {
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+// A report is one experiment's run, as printed by -json.
+type report struct {
+	Name   string  `json:"name"`
+	Title  string  `json:"title"`
+	Counts string  `json:"counts"`
+	Lesson string  `json:"lesson"`
+	Broken outcome `json:"broken"`
+	Fixed  outcome `json:"fixed"`
+}
+
+// runExperiment runs both variants of e, the broken one first.
+func runExperiment(ctx context.Context, e experiment) (report, error) {
+	r := report{Name: e.name, Title: e.title, Counts: e.counts, Lesson: e.lesson}
+	var err error
+	if r.Broken, err = e.broken(ctx); err != nil {
+		return r, fmt.Errorf("broken variant: %w", err)
+	}
+	if r.Fixed, err = e.fixed(ctx); err != nil {
+		return r, fmt.Errorf("fixed variant: %w", err)
+	}
+	return r, nil
+}
+
+// plural writes n and word, with an s unless n is 1: "1 order", "5 orders".
+func plural(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
