@@ -502,7 +502,11 @@ func TestAPIErrorCodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lk.Release(context.Background())
-		expectError(t, mustCall(t, "POST", base+"/seckill/"+v, tok, nil), http.StatusTooManyRequests, "busy")
+		r := mustCall(t, "POST", base+"/seckill/"+v, tok, nil)
+		expectError(t, r, http.StatusTooManyRequests, "busy")
+		if got := r.Header.Get("Retry-After"); got != "1" {
+			t.Errorf("busy: Retry-After %q, want 1 (the other request is done within a second)", got)
+		}
 		if n := voucherStock(t, base, v); n != 5 {
 			t.Errorf("stock after busy = %d, want 5: the unit was not given back", n)
 		}

@@ -155,6 +155,7 @@ var client = &http.Client{
 // reply is a decoded answer.
 type reply struct {
 	Status int
+	Header http.Header
 	Body   map[string]any
 	Raw    string
 }
@@ -199,7 +200,7 @@ func call(method, url, token string, body any) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	r := reply{Status: resp.StatusCode, Raw: string(raw)}
+	r := reply{Status: resp.StatusCode, Header: resp.Header, Raw: string(raw)}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &r.Body); err != nil {
 			return r, fmt.Errorf("%s %s: answer is not JSON: %q", method, url, raw)

@@ -79,7 +79,7 @@ func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, e
 			s.rememberBuyer(voucherID, userID, false) // a dead letter may free them
 			return 0, ErrAlreadyOrdered
 		case stock.IDsExhausted:
-			return 0, ErrIDsExhausted
+			return 0, m.idsExhausted()
 		case acceptVoided:
 			return 0, apperr.Down(errors.New("accept order: declared lost before it ran"))
 		}

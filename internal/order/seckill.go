@@ -192,9 +192,9 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 			s.rememberBuyer(voucherID, userID, true)
 			return 0, ErrAlreadyOrdered
 		case stock.AlreadyBuying:
-			return 0, ErrBusy // the other request may yet fail: try again
+			return 0, busyRetry() // the other request may yet fail: try again
 		case stock.IDsExhausted:
-			return 0, ErrIDsExhausted
+			return 0, s.idsExhausted()
 		}
 		// stock.Missing or stock.SequenceMissing: Redis was flushed or
 		// restarted, or this is the day's first order.
@@ -202,6 +202,18 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 			return 0, err
 		}
 	}
+}
+
+// busyRetry is ErrBusy with a Retry-After of a second: the other request
+// of the user that holds the unit or the lock is done within milliseconds
+// when all is well, and the lock lasts at most its TTL when it is not.
+func busyRetry() error { return apperr.RetryAfter(ErrBusy, time.Second) }
+
+// idsExhausted is ErrIDsExhausted with a Retry-After until the next UTC
+// day, whose sequence starts afresh.
+func (s *Service) idsExhausted() error {
+	now := s.now().UTC()
+	return apperr.RetryAfter(ErrIDsExhausted, now.Truncate(24*time.Hour).Add(24*time.Hour).Sub(now))
 }
 
 // orderIDPrefix names the order-ID sequence: icr:order:{yyyy:MM:dd}.
@@ -220,7 +232,7 @@ func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64
 	// the same user is told to come back, not queued.
 	lk, err := s.locks.Obtain(wctx, UserLockKey(voucherID, userID), s.cfg.LockTTL, lock.WithWatchdog(s.cfg.WriteTimeout))
 	if errors.Is(err, lock.ErrNotAcquired) {
-		return 0, NotWritten, ErrBusy
+		return 0, NotWritten, busyRetry()
 	}
 	if err != nil {
 		return 0, NotWritten, err
