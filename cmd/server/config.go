@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -69,6 +70,9 @@ type redisConfig struct {
 	Password         string
 	SentinelPassword string // the sentinels' own, if they ask for one
 	TLS              bool
+	// RootCAs verifies Redis' certificate when REDIS_TLS_CA names a PEM
+	// file (a private CA); nil: the system's roots.
+	RootCAs *x509.CertPool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -267,6 +271,18 @@ func redisVars(addr string, env func(name, def string) string, errs []error) (re
 		Password:         env("REDIS_PASSWORD", ""),
 		SentinelPassword: env("REDIS_SENTINEL_PASSWORD", ""),
 		TLS:              boolVar(env("REDIS_TLS", "false")),
+	}
+	if ca := env("REDIS_TLS_CA", ""); ca != "" {
+		pem, err := os.ReadFile(ca)
+		r.RootCAs = x509.NewCertPool()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("REDIS_TLS_CA: %w", err))
+		case !r.RootCAs.AppendCertsFromPEM(pem):
+			errs = append(errs, fmt.Errorf("REDIS_TLS_CA: no PEM certificate in %s", ca))
+		case !r.TLS:
+			errs = append(errs, errors.New("REDIS_TLS_CA is set but REDIS_TLS is not: set REDIS_TLS=true to talk TLS to Redis"))
+		}
 	}
 	switch {
 	case addr != "" && len(r.Addrs) > 0:

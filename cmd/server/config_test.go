@@ -99,6 +99,8 @@ func TestLoadConfig(t *testing.T) {
 		{"a cluster", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379"), "would be a Redis Cluster"},
 		{"a master name without sentinels", with(real, "REDIS_MASTER_NAME", "m"), "REDIS_MASTER_NAME needs REDIS_ADDRS"},
 		{"a Redis address without a port", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1", "REDIS_MASTER_NAME", "m"), `Redis address "10.0.0.1" is not host:port`},
+		{"a Redis CA file that is not there", with(real, "REDIS_TLS", "true", "REDIS_TLS_CA", "/nonexistent/ca.pem"), "REDIS_TLS_CA: open /nonexistent/ca.pem"},
+		{"a Redis CA file without a certificate", with(real, "REDIS_TLS", "true", "REDIS_TLS_CA", "config_test.go"), "REDIS_TLS_CA: no PEM certificate"},
 		{"a sentinel password without Sentinel", with(real, "REDIS_SENTINEL_PASSWORD", "x"), "REDIS_SENTINEL_PASSWORD is for the sentinels"},
 		{"every IPv4 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "0.0.0.0/1,128.0.0.0/1"), `TRUSTED_PROXIES: "0.0.0.0/1" is wider than /8`},
 		{"IPv4-mapped halves", with(real, "TRUSTED_PROXIES", "::ffff:128.0.0.0/97"), `TRUSTED_PROXIES: "::ffff:128.0.0.0/97" is wider than /8`},

@@ -220,7 +220,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 func newRedis(cfg config) redis.UniversalClient {
 	var tlsConfig *tls.Config
 	if cfg.Redis.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: cfg.Redis.RootCAs}
 	}
 	opt := &redis.UniversalOptions{
 		Addrs: cfg.Redis.Addrs, MasterName: cfg.Redis.MasterName, DB: cfg.RedisDB,
