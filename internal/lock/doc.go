@@ -3,11 +3,13 @@
 // user, served by two instances of the service, cannot both pass the
 // "one order per user" check before either has written its order.
 //
-// One small interface, [Locker], has three backends: [Redis] (the default),
-// [RedLock] over several independent Redis servers, and [Local], which
-// works inside one process only and is kept to show why that is not
-// enough. A [Lock] is one acquisition: it is released, extended, and tells
-// its holder when it is lost.
+// One small interface, [Locker], has four backends: [Redis] (the default),
+// [RedLock] over several independent Redis servers, [MySQL] (GET_LOCK, for
+// a service with a database and no Redis), and [Local], which works inside
+// one process only and is kept to show why that is not enough. A [Lock] is one acquisition: it is released, extended, and tells
+// its holder when it is lost. On Redis there is more: a fair lock, a
+// read-write lock, a semaphore, a countdown latch, and the multi-lock
+// [ObtainAll] (see Synchronizers, at the end).
 //
 // # From SETNX to this package
 //
@@ -128,4 +130,47 @@
 // hash to one slot, which the scripts need. Every key a script touches is
 // passed in KEYS. The counter never expires, so it costs one small key per
 // lock name that ever used fencing or reentrancy.
+//
+// # Synchronizers
+//
+// The Redis backend also has the synchronizers Redisson offers, built from
+// the same pieces: random tokens for ownership, one Lua script per check
+// and change, the shared subscription for waiting, and a [Lock] for each
+// acquisition, with its Done, Context, Extend and watchdog. Their scripts
+// read the time from Redis (TIME), the one clock all clients share: a
+// client's clock may be off, and two clients' clocks never agree exactly.
+//
+// A [Semaphore] admits up to n permits at once. A counter would do, but a
+// holder that crashes between taking and giving back would take its permits
+// with it. So each holder has a lease, kept in a sorted set by its end
+// time, and every acquisition first hands back the permits of leases that
+// have ended. Its keys are "{semaphore:name}" and "{semaphore:name}:counts".
+//
+// An [RWLock] admits many readers or one writer. Readers that come and go
+// so that one is always inside would keep a writer out forever, so a
+// waiting writer leaves an intent that keeps new readers out until it has
+// had its turn; the intent lives only a few polls unless renewed, so a
+// writer that dies while waiting does not block readers for long. Each
+// reader has its own lease, like a semaphore's holder. Its keys are
+// "{rwlock:name}:writer", ":readers", ":depths" and ":intents".
+//
+// A [Fair] lock goes to its waiters in the order they came. After a
+// release of the plain lock, whoever asks first wins, and an unlucky waiter
+// can lose to newcomers again and again. The fair lock keeps a line (a
+// list) and gives the lock to its first; a release wakes only that one, on
+// a channel of its own. A dead waiter would block the line forever, so each
+// waiter's place has a deadline, pushed on by each of its tries: a waiter
+// that stops trying is dropped. Its keys are "{fairlock:key}", ":queue",
+// ":alive" and ":fence".
+//
+// A [Latch] lets callers wait until a count, set once, has been counted
+// down to zero. Counting down and opening are one script, and opening wakes
+// every waiter at once: a release of a lock admits one waiter, an opened
+// latch admits them all. Its key is "{latch:name}".
+//
+// [ObtainAll] takes several locks, all or none. Two clients that take
+// overlapping sets in different orders can each hold what the other waits
+// for; taking them in one order, sorted by key, makes such a cycle
+// impossible. It works over any [Locker], since the locks live in
+// different hash slots and no one script could take them together.
 package lock

@@ -164,16 +164,6 @@ func within(t *testing.T, d time.Duration, ch <-chan struct{}, what string) {
 	}
 }
 
-// isOpen reports whether ch is still open.
-func isOpen(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return false
-	default:
-		return true
-	}
-}
-
 func mustObtain(t *testing.T, l Locker, key string, ttl time.Duration, opts ...Option) Lock {
 	t.Helper()
 	lk, err := l.Obtain(context.Background(), key, ttl, opts...)

@@ -27,8 +27,9 @@ var (
 	ErrUnsupported = errors.New("lock: not supported by this backend")
 )
 
-// Locker obtains locks. Redis, RedLock and Local implement it, so the
-// service depends on this interface and cmd/server picks the backend.
+// Locker obtains locks. Redis, Fair, RedLock, MySQL and Local implement
+// it, so the service depends on this interface and cmd/server picks the
+// backend.
 type Locker interface {
 	// Obtain acquires the lock named key for ttl. By default it tries once
 	// and returns ErrNotAcquired if the lock is taken; with Wait it waits

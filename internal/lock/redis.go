@@ -40,50 +40,22 @@ func (r *Redis) Obtain(ctx context.Context, key string, ttl time.Duration, opts 
 		rh.token = newToken()
 	}
 
-	var w *waiter
-	defer func() {
-		if w != nil {
-			w.leave()
-		}
-	}()
-	var poll *time.Timer
-	for {
-		start := time.Now()
-		got, n, err := rh.obtain(ctx, ttl, o.fencing, o.wait)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err != nil:
-			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
-		case got:
-			return newLock(ctx, key, n, start, ttl, rh, o)
-		case !o.wait:
-			return nil, ErrNotAcquired
-		case w == nil:
-			// Subscribe, then try again before sleeping: the lock may have
-			// been released between the first try and the subscription.
-			if w, err = r.waiters.join(ctx, rh.keys.released); err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, fmt.Errorf("lock: obtain %q: wait for release: %w", key, err)
+	var start time.Time
+	var fence int64
+	err := r.retry(ctx, "obtain", key, rh.keys.released, o.wait,
+		func(ctx context.Context) (bool, time.Duration, error) {
+			start = time.Now()
+			// n is the fencing token if got, else the holder's remaining ms.
+			got, n, err := rh.obtain(ctx, ttl, o.fencing, o.wait)
+			if got {
+				fence = n
 			}
-			continue
-		}
-		d := pollDelay(time.Duration(n)*time.Millisecond, r.maxPoll)
-		if poll == nil {
-			poll = time.NewTimer(d)
-			defer poll.Stop()
-		} else {
-			poll.Reset(d)
-		}
-		select {
-		case <-w.wake:
-		case <-poll.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+			return got, time.Duration(n) * time.Millisecond, err
+		})
+	if err != nil {
+		return nil, err
 	}
+	return newLock(ctx, key, fence, start, ttl, rh, o)
 }
 
 // newLock wraps a fresh acquisition in a handle, unless the request took so

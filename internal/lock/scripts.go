@@ -21,6 +21,42 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed semaphore_acquire.lua
+	semAcquireLua    string
+	semAcquireScript = redis.NewScript(semAcquireLua)
+
+	//go:embed semaphore_extend.lua
+	semExtendLua    string
+	semExtendScript = redis.NewScript(semExtendLua)
+
+	//go:embed semaphore_release.lua
+	semReleaseLua    string
+	semReleaseScript = redis.NewScript(semReleaseLua)
+
+	//go:embed rwlock_obtain.lua
+	rwObtainLua    string
+	rwObtainScript = redis.NewScript(rwObtainLua)
+
+	//go:embed rwlock_extend.lua
+	rwExtendLua    string
+	rwExtendScript = redis.NewScript(rwExtendLua)
+
+	//go:embed rwlock_release.lua
+	rwReleaseLua    string
+	rwReleaseScript = redis.NewScript(rwReleaseLua)
+
+	//go:embed fair_obtain.lua
+	fairObtainLua    string
+	fairObtainScript = redis.NewScript(fairObtainLua)
+
+	//go:embed fair_release.lua
+	fairReleaseLua    string
+	fairReleaseScript = redis.NewScript(fairReleaseLua)
+
+	//go:embed latch_count_down.lua
+	latchCountDownLua    string
+	latchCountDownScript = redis.NewScript(latchCountDownLua)
 )
 
 // obtain.lua
@@ -42,6 +78,11 @@ const (
 	releaseReleased = 1
 	releaseEntered  = 2
 )
+
+// The scripts of the synchronizers (semaphore_*.lua, rwlock_*.lua, ...)
+// answer with the codes of obtain.lua (TAKEN, ACQUIRED, REENTERED),
+// extend.lua (NOT_HELD, EXTENDED) and release.lua (NOT_HELD, RELEASED,
+// ENTERED).
 
 // keys names what Redis stores for the lock called key. The braces make a
 // Redis Cluster hash tag: the lock and its fence counter hash to the same

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -34,6 +35,12 @@ type topic struct {
 	pending    int
 	ready      chan struct{} // closed when Redis confirmed the subscription
 }
+
+// wakeAll is the message that wakes every waiter of a channel, not one:
+// scripts publish it when the change may let several of them in at once
+// (a writer left and all readers may enter, a latch opened). Any other
+// message wakes one waiter, who is the only one a released mutex can admit.
+const wakeAll = "all"
 
 // waiter is one goroutine waiting for one lock.
 type waiter struct {
@@ -159,7 +166,13 @@ func (w *waiters) read(ps *redis.PubSub) {
 			}
 		case *redis.Message:
 			if t := w.topics[m.Channel]; t != nil {
-				wakeOne(t)
+				if m.Payload == wakeAll {
+					for c := range t.wake {
+						notify(c)
+					}
+				} else {
+					wakeOne(t)
+				}
 			}
 		}
 		w.mu.Unlock()
@@ -189,5 +202,61 @@ func markReady(t *topic) {
 	case <-t.ready:
 	default:
 		close(t.ready)
+	}
+}
+
+// retry calls try until it succeeds, and returns nil then. Without wait it
+// calls try once and returns ErrNotAcquired if that failed. With wait it
+// sleeps between tries until a message on channel wakes it, or until
+// pollDelay(retryIn) passes, where retryIn is what the last try said about
+// when things may change (-1: no idea). It returns ctx.Err() itself when ctx
+// ends, and other errors prefixed with op and name: "lock: obtain "k": ...".
+//
+// The first failed try comes before the subscription, so an uncontended
+// acquisition costs no subscription; the try right after subscribing
+// catches a release announced in between. Every synchronizer of [Redis]
+// waits through here, on the one shared subscription.
+func (r *Redis) retry(ctx context.Context, op, name, channel string, wait bool,
+	try func(ctx context.Context) (ok bool, retryIn time.Duration, err error)) error {
+	var w *waiter
+	defer func() {
+		if w != nil {
+			w.leave()
+		}
+	}()
+	var poll *time.Timer
+	for {
+		ok, retryIn, err := try(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("lock: %s %q: %w", op, name, err)
+		case ok:
+			return nil
+		case !wait:
+			return ErrNotAcquired
+		case w == nil:
+			if w, err = r.waiters.join(ctx, channel); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("lock: %s %q: wait: %w", op, name, err)
+			}
+			continue
+		}
+		d := pollDelay(retryIn, r.maxPoll)
+		if poll == nil {
+			poll = time.NewTimer(d)
+			defer poll.Stop()
+		} else {
+			poll.Reset(d)
+		}
+		select {
+		case <-w.wake:
+		case <-poll.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
