@@ -47,27 +47,31 @@ type Buckets struct {
 	rate  float64 // tokens a second
 	burst float64
 	now   func() time.Time
+	epoch time.Time // bucket times count from here
 
 	shards [64]shard // by user: one lock per shard, not one for all
 }
 
 type shard struct {
 	mu      sync.Mutex
-	buckets map[int64]*bucket
+	buckets map[int64]bucket
 	takes   int
 }
 
+// bucket holds no pointer (its time is a count of nanoseconds, not a
+// time.Time, whose location is a pointer), so a map of a sale's tens of
+// thousands of buckets is never scanned by the garbage collector.
 type bucket struct {
 	tokens float64
-	at     time.Time // when tokens was last brought up to date
+	at     time.Duration // since epoch: when tokens was last brought up to date
 }
 
 // NewBuckets returns Buckets of rate tokens a second and burst tokens at
 // most; rate 0 turns the limit off.
 func NewBuckets(rate float64, burst int, now func() time.Time) *Buckets {
-	b := &Buckets{rate: rate, burst: float64(max(burst, 1)), now: now}
+	b := &Buckets{rate: rate, burst: float64(max(burst, 1)), now: now, epoch: now()}
 	for i := range b.shards {
-		b.shards[i].buckets = map[int64]*bucket{}
+		b.shards[i].buckets = map[int64]bucket{}
 	}
 	return b
 }
@@ -79,7 +83,7 @@ func (b *Buckets) Take(user int64) (bool, time.Duration) {
 		return true, 0
 	}
 	s := &b.shards[uint64(user)%uint64(len(b.shards))]
-	now := b.now()
+	now := b.now().Sub(b.epoch)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.takes++; s.takes >= 4096 {
@@ -88,26 +92,29 @@ func (b *Buckets) Take(user int64) (bool, time.Duration) {
 	}
 	k, ok := s.buckets[user]
 	if !ok {
-		k = &bucket{tokens: b.burst, at: now}
-		s.buckets[user] = k
+		k = bucket{tokens: b.burst, at: now}
 	}
 	k.refill(now, b)
-	if k.tokens >= 1 {
+	taken := k.tokens >= 1
+	if taken {
 		k.tokens--
+	}
+	s.buckets[user] = k
+	if taken {
 		return true, 0
 	}
 	return false, time.Duration((1 - k.tokens) / b.rate * float64(time.Second))
 }
 
-func (k *bucket) refill(now time.Time, b *Buckets) {
-	if d := now.Sub(k.at).Seconds(); d > 0 {
+func (k *bucket) refill(now time.Duration, b *Buckets) {
+	if d := (now - k.at).Seconds(); d > 0 {
 		k.tokens = min(b.burst, k.tokens+d*b.rate)
 		k.at = now
 	}
 }
 
 // dropFull forgets the buckets that have filled up again.
-func (s *shard) dropFull(now time.Time, b *Buckets) {
+func (s *shard) dropFull(now time.Duration, b *Buckets) {
 	for user, k := range s.buckets {
 		if k.refill(now, b); k.tokens >= b.burst {
 			delete(s.buckets, user)
