@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -401,11 +400,20 @@ func UserLockKey(voucherID, userID int64) string {
 // In async mode the order is only accepted: MySQL may still refuse it, and
 // its dead letter frees the buyer to buy again (or Redis may lose it), so
 // the entry lasts unsettledBuyerMemo, long enough to absorb a burst of
-// clicks, short enough that a freed buyer is not turned away for long. The
-// memo forgets everything when it grows past maxBuyerMemo, to bound memory.
+// clicks, short enough that a freed buyer is not turned away for long. A
+// shard forgets everything when it grows past its share of maxBuyerMemo,
+// to bound memory.
+//
+// The maps hold no pointer (keys and deadlines are numbers), so the
+// garbage collector never scans a sale's hundreds of thousands of buyers,
+// as it must a sync.Map's boxed keys and times.
 type buyerMemo struct {
-	m sync.Map // [2]int64{voucher, user} -> time.Time until which it holds; zero: for good
-	n atomic.Int64
+	shards [64]buyerShard
+}
+
+type buyerShard struct {
+	mu sync.RWMutex
+	m  map[[2]int64]int64 // {voucher, user} -> Unix nanoseconds until which it holds; 0: for good
 }
 
 const (
@@ -413,28 +421,32 @@ const (
 	unsettledBuyerMemo = time.Second
 )
 
+func (b *buyerMemo) shard(voucherID, userID int64) *buyerShard {
+	return &b.shards[uint64(userID+voucherID)%uint64(len(b.shards))]
+}
+
 func (s *Service) knownBuyer(voucherID, userID int64) bool {
-	v, ok := s.buyers.m.Load([2]int64{voucherID, userID})
-	if !ok {
-		return false
-	}
-	until := v.(time.Time)
-	return until.IsZero() || s.now().Before(until)
+	sh := s.buyers.shard(voucherID, userID)
+	sh.mu.RLock()
+	until, ok := sh.m[[2]int64{voucherID, userID}]
+	sh.mu.RUnlock()
+	return ok && (until == 0 || s.now().UnixNano() < until)
 }
 
 // rememberBuyer remembers that userID bought voucherID; settled says the
 // order is a committed row.
 func (s *Service) rememberBuyer(voucherID, userID int64, settled bool) {
-	var until time.Time
+	var until int64
 	if !settled {
-		until = s.now().Add(unsettledBuyerMemo)
+		until = s.now().Add(unsettledBuyerMemo).UnixNano()
 	}
-	if _, loaded := s.buyers.m.Swap([2]int64{voucherID, userID}, until); !loaded {
-		if s.buyers.n.Add(1) > maxBuyerMemo {
-			s.buyers.m.Clear()
-			s.buyers.n.Store(0)
-		}
+	sh := s.buyers.shard(voucherID, userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil || len(sh.m) >= maxBuyerMemo/len(s.buyers.shards) {
+		sh.m = map[[2]int64]int64{}
 	}
+	sh.m[[2]int64{voucherID, userID}] = until
 }
 
 func (s *Service) knownSoldOut(voucherID int64) bool {
