@@ -112,6 +112,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		stop := context.AfterFunc(deadline, stopDrain)
 		defer stop()
 		bg.Wait()
+		app.orders.Close() // a seed or reload still running, before the clients close
 	}
 
 	select {

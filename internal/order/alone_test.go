@@ -3,6 +3,9 @@ package order
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,5 +66,38 @@ func TestAloneOneAttemptForManyCallers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a caller that waited: %v, want the attempt's result", err)
 		}
+	}
+}
+
+// The attempt's error reaches every caller, a panic in it becomes an error
+// instead of ending the process, and after Close no attempt starts and
+// none is left running.
+func TestAloneErrorsPanicsAndClose(t *testing.T) {
+	s := NewService(nil, nil, nil, nil, nil, nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), Config{WriteTimeout: 5 * time.Second})
+	boom := errors.New("boom")
+	if err := s.alone(context.Background(), "k", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("an attempt's error: %v, want boom", err)
+	}
+	err := s.alone(context.Background(), "k", func(context.Context) error { panic("malformed key") })
+	if err == nil || !strings.Contains(err.Error(), "malformed key") {
+		t.Fatalf("a panicking attempt: %v, want an error naming the panic", err)
+	}
+
+	started, ended := make(chan struct{}), make(chan error, 1)
+	go s.alone(context.Background(), "slow", func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done() // Close must end it
+		ended <- ctx.Err()
+		return ctx.Err()
+	})
+	<-started
+	s.Close()
+	select {
+	case <-ended:
+	default:
+		t.Fatal("Close returned while an attempt still ran")
+	}
+	if err := s.alone(context.Background(), "k", func(context.Context) error { return nil }); !errors.Is(err, errClosed) {
+		t.Fatalf("an attempt after Close: %v, want errClosed", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -67,6 +68,15 @@ type Service struct {
 	buyers  buyerMemo
 	writes  writer
 	flights singleflight.Group // seed and reload: one attempt per instance at a time
+
+	// The flights' lifetime: Close cancels them and waits for them, so
+	// that none outlives the service and meets closed clients, leaving
+	// its lock to expire on its own.
+	flightsDone context.Context
+	endFlights  context.CancelFunc
+	flyMu       sync.Mutex
+	flying      sync.WaitGroup
+	closed      bool
 }
 
 // mode is the one thing sync and async mode do differently: how a unit of
@@ -98,7 +108,21 @@ func NewService(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Servic
 	if cfg.Async {
 		s.mode = asyncMode{s}
 	}
+	s.flightsDone, s.endFlights = context.WithCancel(context.Background())
 	return s
+}
+
+// Close ends the service's own background attempts (seed, reload) and
+// waits for them. Call it after the last request, before closing the
+// clients the service was given.
+func (s *Service) Close() {
+	s.flyMu.Lock()
+	s.closed = true
+	s.flyMu.Unlock()
+	if s.endFlights != nil {
+		s.endFlights()
+	}
+	s.flying.Wait()
 }
 
 // Seckill takes one unit of voucherID for userID and returns the new
@@ -333,13 +357,14 @@ const maxRestores = 4
 // Without the first, a flood's waiters fill the pool and the cap on
 // requests in flight while the one that asks MySQL waits for a connection.
 func (s *Service) seed(ctx context.Context) error {
-	return s.alone(ctx, "seed", func(ctx context.Context) error {
+	day := s.now()
+	return s.alone(ctx, "seed:"+idworker.Key(orderIDPrefix, day), func(ctx context.Context) error {
 		lk, err := s.locks.Obtain(ctx, "id-seed:"+orderIDPrefix, s.cfg.LockTTL, lock.Wait())
 		if err != nil {
 			return apperr.Down(fmt.Errorf("lock seeding of order IDs: %w", err))
 		}
 		defer lk.Release(context.WithoutCancel(ctx))
-		return apperr.Down(s.ids.Seed(ctx, orderIDPrefix, s.now()))
+		return apperr.Down(s.ids.Seed(ctx, orderIDPrefix, day))
 	})
 }
 
@@ -374,17 +399,41 @@ func (s *Service) reload(ctx context.Context, voucherID int64) error {
 // of its own: the first caller leaving must not fail the others. A caller
 // leaves when its own context ends, with that context's error.
 func (s *Service) alone(ctx context.Context, key string, fn func(context.Context) error) error {
-	ch := s.flights.DoChan(key, func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
-		defer cancel()
-		return nil, fn(ctx)
-	})
+	ch := s.flights.DoChan(key, func() (any, error) { return nil, s.flight(ctx, fn) })
 	select {
 	case r := <-ch:
 		return r.Err
 	case <-ctx.Done():
 		return apperr.Down(ctx.Err())
 	}
+}
+
+var errClosed = apperr.Down(errors.New("order service closed"))
+
+// flight runs one attempt of alone. A panic in it becomes an error: it
+// runs on singleflight's goroutine, where no handler's recovery reaches,
+// and singleflight would re-raise it there and end the process.
+func (s *Service) flight(ctx context.Context, fn func(context.Context) error) (err error) {
+	s.flyMu.Lock()
+	if s.closed {
+		s.flyMu.Unlock()
+		return errClosed
+	}
+	s.flying.Add(1)
+	s.flyMu.Unlock()
+	defer s.flying.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.ErrorContext(ctx, "panic in a seed or reload", "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", p) // not an apperr: answered as internal
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+	defer cancel()
+	if s.flightsDone != nil {
+		defer context.AfterFunc(s.flightsDone, cancel)()
+	}
+	return fn(ctx)
 }
 
 // UserLockKey is the per-user lock's key. Per user and voucher: the rule
