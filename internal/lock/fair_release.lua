@@ -36,7 +36,12 @@ end
 if leave then
   redis.call('LREM', queue, 1, holder)
   redis.call('ZREM', alive, holder)
-  if redis.call('EXISTS', lock) == 1 then
+  -- A caller that gave up may yet hold the lock: its last try took it,
+  -- and the answer never reached it. Nobody would release it before its
+  -- ttl, and the whole line would wait: free it now.
+  if redis.call('TYPE', lock).ok == 'string' and redis.call('GET', lock) == holder then
+    redis.call('DEL', lock)
+  elseif redis.call('EXISTS', lock) == 1 then
     return RELEASED -- the holder will wake the next one
   end
 else

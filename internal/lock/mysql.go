@@ -165,8 +165,15 @@ func (h *mysqlHolder) extend(ctx context.Context, ttl time.Duration) error {
 	if h.conn == nil {
 		return ErrNotHeld
 	}
+	// The driver closes a connection whose query's context ends, and with
+	// it the session and the lock: a renewal cut short by its caller (a
+	// watchdog tick timing out, Release stopping the watchdog) must not
+	// end what it meant to keep. It runs until the ttl would have run out
+	// anyway, whatever ctx does.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Until(h.until))
+	defer cancel()
 	var mine sql.NullBool
-	err := h.conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", h.name).Scan(&mine)
+	err := h.conn.QueryRowContext(qctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", h.name).Scan(&mine)
 	if err != nil || !mine.Bool {
 		h.end()
 		return ErrNotHeld

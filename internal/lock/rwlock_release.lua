@@ -21,7 +21,16 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 if mode == 'intent' then
-  if redis.call('ZREM', intents, owner) == 1 then
+  local woken = redis.call('ZREM', intents, owner) == 1
+  -- A writer that gave up may yet hold the lock: its last try took it,
+  -- and the answer never reached it. A writer that waited held no level
+  -- before (a holder re-enters at once), so one level is that lost grant:
+  -- free it now rather than make everyone wait out its ttl.
+  if redis.call('HGET', writer, owner) == '1' then
+    redis.call('DEL', writer)
+    woken = true
+  end
+  if woken then
     redis.call('PUBLISH', channel, 'all')
   end
   return RELEASED

@@ -186,8 +186,11 @@ func TestSemaphore(t *testing.T) {
 			t.Fatal(err)
 		}
 		within(t, time.Second, a.Done(), "Done after the lease")
-		time.Sleep(10 * time.Millisecond)
-		b, err := sem.Acquire(ctx, 1, time.Second)
+		// Redis' lease ends up to a round trip after the local deadline
+		// that closed Done: wait for it rather than guess how long.
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		b, err := sem.Acquire(wctx, 1, time.Second, Wait())
 		if err != nil {
 			t.Fatalf("Acquire after the lease: %v", err)
 		}
