@@ -184,7 +184,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// guessed sooner, and anyone who guesses it mints admin tokens.
 		// Spaces around it are not counted: 32 blanks are no secret.
 		if n := len(bytes.TrimSpace(c.JWTSecret)); n < minJWTSecret {
-			errs = append(errs, fmt.Errorf("JWT_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) when MYSQL_DSN or REDIS_ADDR is set; for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, n))
+			errs = append(errs, fmt.Errorf("JWT_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) outside the demo (MYSQL_DSN and REDIS_ADDR or REDIS_ADDRS set); for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, n))
 		}
 	}
 	if c.Mode != "sync" && c.Mode != "async" {
@@ -329,13 +329,15 @@ func checkProxy(p string) error {
 		}
 		// Wider networks are refused too: no tier of proxies is that big,
 		// and two of them (0.0.0.0/1 and 128.0.0.0/1) trust every peer as
-		// surely as one /0. IPv6's widest private range, fc00::/7, passes.
-		if v4 := prefix.Addr().Unmap().Is4(); (v4 && bits < 8) || (!v4 && bits < 7) {
-			widest := "/8"
-			if !v4 {
-				widest = "/7"
-			}
-			return fmt.Errorf("TRUSTED_PROXIES: %q is wider than %s: a few such entries trust every peer; list your proxies' addresses", p, widest)
+		// surely as one /0. In IPv6 a /16 is already vast; only the private
+		// range fc00::/7 may be named whole.
+		v4 := prefix.Addr().Unmap().Is4()
+		private := netip.MustParsePrefix("fc00::/7")
+		switch {
+		case v4 && bits < 8:
+			return fmt.Errorf("TRUSTED_PROXIES: %q is wider than /8: a few such entries trust every peer; list your proxies' addresses", p)
+		case !v4 && bits < 16 && !(bits >= 7 && private.Contains(prefix.Addr())):
+			return fmt.Errorf("TRUSTED_PROXIES: %q is wider than /16 (only fc00::/7, the private range, may be wider): a few such entries trust every peer; list your proxies' addresses", p)
 		}
 		return nil
 	}

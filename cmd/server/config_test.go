@@ -104,7 +104,8 @@ func TestLoadConfig(t *testing.T) {
 		{"a sentinel password without Sentinel", with(real, "REDIS_SENTINEL_PASSWORD", "x"), "REDIS_SENTINEL_PASSWORD is for the sentinels"},
 		{"every IPv4 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "0.0.0.0/1,128.0.0.0/1"), `TRUSTED_PROXIES: "0.0.0.0/1" is wider than /8`},
 		{"IPv4-mapped halves", with(real, "TRUSTED_PROXIES", "::ffff:128.0.0.0/97"), `TRUSTED_PROXIES: "::ffff:128.0.0.0/97" is wider than /8`},
-		{"every IPv6 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "8000::/1,::/1"), `TRUSTED_PROXIES: "8000::/1" is wider than /7`},
+		{"every IPv6 peer trusted in two halves", with(real, "TRUSTED_PROXIES", "8000::/1,::/1"), `TRUSTED_PROXIES: "8000::/1" is wider than /16`},
+		{"a wide slice of global IPv6", with(real, "TRUSTED_PROXIES", "2000::/7"), `TRUSTED_PROXIES: "2000::/7" is wider than /16`},
 		{"private ranges trusted", with(real, "TRUSTED_PROXIES", "10.0.0.0/8,172.16.0.0/12,fc00::/7"), ""},
 
 		// The DSN's own timeouts: the write deadline (STOCK_HOLD/3, 5s)
