@@ -34,6 +34,7 @@ var experiments = []experiment{
 	nonReentrant,
 	noWatchdog,
 	pauseFencing,
+	orderIDs,
 }
 
 // An outcome is what one variant did under the experiment's load.
