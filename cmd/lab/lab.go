@@ -34,6 +34,7 @@ var experiments = []experiment{
 	nonReentrant,
 	noWatchdog,
 	pauseFencing,
+	inProcessQueue,
 	orderIDs,
 }
 
