@@ -23,6 +23,7 @@ import (
 // reads the environment; packages get plain values.
 type config struct {
 	HTTPAddr      string
+	MetricsAddr   string // GET /metrics alone, unauthenticated; "": on HTTPAddr, for admins
 	MySQLDSN      string // normalised: parseTime=true, loc=UTC
 	RedisDB       int
 	Redis         redisConfig // REDIS_ADDR or REDIS_ADDRS, and how to reach them
@@ -157,6 +158,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// only for its round trips, and beyond a few per connection they wait
 	// for one (go-redis' pool timeout) instead of working.
 	c.MaxInFlight = intVar("MAX_IN_FLIGHT", 4*c.RedisPoolSize, 0, 1_000_000)
+	c.MetricsAddr = env("METRICS_ADDR", "")
+	if c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("METRICS_ADDR %q is not host:port (or :port)", c.MetricsAddr))
+		} else if c.MetricsAddr == c.HTTPAddr {
+			errs = append(errs, fmt.Errorf("METRICS_ADDR must differ from HTTP_ADDR (both are %q): unset it to serve /metrics on HTTP_ADDR, for admins", c.MetricsAddr))
+		}
+	}
 	c.TrustedProxies = splitList(env("TRUSTED_PROXIES", ""))
 	for _, p := range c.TrustedProxies {
 		if err := checkProxy(p); err != nil {

@@ -83,6 +83,13 @@ func TestLoadConfig(t *testing.T) {
 		{"no lock", with(real, "AUTH_LOCK_FOR", "0"), "AUTH_LOCK_FOR must be a positive duration"},
 		{"lock under a second", with(real, "AUTH_LOCK_FOR", "500ms"), "AUTH_LOCK_FOR must be at least 1s (it is 500ms)"},
 
+		// METRICS_ADDR: a listen address of its own, or unset.
+		{"metrics on a port of their own", with(real, "METRICS_ADDR", ":9090"), ""},
+		{"metrics on a private address", with(real, "METRICS_ADDR", "10.0.0.5:9090"), ""},
+		{"metrics address without a port", with(real, "METRICS_ADDR", "9090"), `METRICS_ADDR "9090" is not host:port`},
+		{"metrics address with an empty port", with(real, "METRICS_ADDR", "10.0.0.5:"), `METRICS_ADDR "10.0.0.5:" is not host:port`},
+		{"metrics on the main address", with(real, "HTTP_ADDR", ":8080", "METRICS_ADDR", ":8080"), "METRICS_ADDR must differ from HTTP_ADDR"},
+
 		// TRUSTED_PROXIES: IPs and CIDRs, as gin takes them, but never
 		// one that trusts every peer.
 		{"trusted proxies", with(real, "TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.10 ,::1,2001:db8::/32"), ""},

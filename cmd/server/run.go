@@ -29,6 +29,7 @@ import (
 	"seckill/internal/auth"
 	"seckill/internal/idworker"
 	"seckill/internal/lock"
+	"seckill/internal/metrics"
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
 	"seckill/internal/stock"
@@ -82,9 +83,35 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		// it may send a request down one the server is closing.
 		IdleTimeout: 75 * time.Second,
 	}
-	serveErr := make(chan error, 1)
+	// Room for both servers' errors: neither may block once run is gone.
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded())
+	// With METRICS_ADDR, /metrics has a server of its own, without
+	// authentication: a Prometheus server scrapes it from a private
+	// network, and it holds no token. Without, it is on the main port,
+	// for admins (newApp).
+	var metricsSrv *http.Server
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", app.metrics.Handler())
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
+		go func() { serveErr <- fmt.Errorf("metrics: %w", metricsSrv.Serve(mln)) }()
+		log.Info("serving /metrics", "addr", mln.Addr().String())
+	}
+	// stopMetrics stops the metrics server last, after the drain, so that
+	// a scraper sees the shutdown to its end. A scrape is a read: if the
+	// grace is spent, it is cut short.
+	stopMetrics := func(deadline context.Context) {
+		if metricsSrv != nil && metricsSrv.Shutdown(deadline) != nil {
+			metricsSrv.Close()
+		}
+	}
 
 	// Background work runs under its own context, stopped only after the
 	// last request has finished: a request may still need it. The
@@ -119,7 +146,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	case err := <-serveErr:
 		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
 		defer cancel()
+		srv.Shutdown(shutCtx) // if it was the metrics server that failed
 		stopBackground(shutCtx)
+		stopMetrics(shutCtx)
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -128,6 +157,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer cancel()
 	err = srv.Shutdown(shutCtx)
 	stopBackground(shutCtx)
+	stopMetrics(shutCtx)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -303,6 +333,7 @@ type app struct {
 	orders   *order.Service
 	consumer *queue.Consumer // async mode only
 	auth     *auth.Service
+	metrics  *metrics.Metrics
 }
 
 func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
@@ -330,9 +361,19 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	}
 	authSvc := auth.NewService(st.db, st.rdb, tokens, cfg.AdminPhones, sender, cfg.AuthLimits)
 	vouchers := voucher.NewService(st.db, stocks, native, now, log)
+	// One registry per app, never Prometheus' global one: the tests run
+	// several servers in one process.
+	m := metrics.New(log)
+	sqlDB, err := st.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	m.WatchDB(sqlDB)
+	m.WatchRedis(st.rdb)
 	ocfg := order.DefaultConfig
 	ocfg.WriteTimeout = cfg.WriteTimeout()
 	ocfg.Async = cfg.Mode == "async"
+	ocfg.Observer = m
 	orders := order.NewService(st.db, st.rdb, vouchers, stocks, locks, ids, now, log, ocfg)
 
 	gin.SetMode(gin.ReleaseMode)
@@ -353,7 +394,10 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	// Overload is answered first and fast: beyond MaxInFlight requests at
 	// once, 429 before any work (package admission). Health checks pass,
 	// so that an orchestrator does not kill a busy instance for being busy.
-	r.Use(web.Recover(log), admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz"), web.LimitBody())
+	// The answers of the buy button are counted first of all, so that
+	// the cap's 429s and a recovered panic's 500 are counted too.
+	// /metrics passes the cap as well: an overload is when it is wanted.
+	r.Use(m.Seckill(order.SeckillRoute), web.Recover(log), admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics"), web.LimitBody())
 	authn := tokens.Authenticate(fail)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -365,14 +409,19 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		c.JSON(http.StatusOK, gin.H{"status": "ok"})
 	})
 	api.Register(r) // GET /openapi.yaml: the API reference, machine-readable
+	if cfg.MetricsAddr == "" {
+		r.GET("/metrics", authn, auth.RequireAdmin(fail), gin.WrapH(m.Handler()))
+	}
 	auth.NewHandler(authSvc, cfg.DevCodes, log).Register(r)
 	voucher.NewHandler(vouchers, log).Register(r, authn, auth.RequireAdmin(fail))
 	buyers := admission.NewBuckets(cfg.SeckillRate, cfg.SeckillBurst, now)
 	order.NewHandler(orders, log).Register(r, authn, auth.RequireAdmin(fail), buyers.PerUser(fail))
-	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc}
+	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc, metrics: m}
 	if ocfg.Async {
 		qcfg := queue.DefaultConfig
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
+		qcfg.Observer = m
+		m.WatchQueue(orders.QueueStats)
 		a.consumer = queue.New(st.db, st.rdb, now, qcfg, log)
 	}
 	return a, nil

@@ -56,7 +56,9 @@ func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, e
 		k := stock.KeysOf(voucherID)
 		void := voidKey(voucherID)
 		keys := []string{k.Stock, k.Buyers, slot.Key, StreamKey, PendingKey, AcceptedKey(voucherID), void, QueuedKey(voucherID)}
+		start := time.Now()
 		res, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, now.UnixMilli(), slot.Hi, slot.Lo).Slice()
+		s.obs.Stage(StageStock, time.Since(start))
 		if err != nil {
 			// Nothing accepted; or, if only the answer was lost, an order
 			// accepted that the buyer must be told of. Ask.

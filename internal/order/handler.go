@@ -21,11 +21,14 @@ type Handler struct {
 // NewHandler returns a Handler.
 func NewHandler(svc *Service, log *slog.Logger) *Handler { return &Handler{svc: svc, log: log} }
 
+// SeckillRoute is the buy button's route, in gin's pattern.
+const SeckillRoute = "/seckill/:voucherId"
+
 // Register adds the routes, behind authn (which must set auth.From);
 // admin guards the ones only admins may call, and throttle the buy button
 // (a user's requests over their rate are refused before any work).
 func (h *Handler) Register(r gin.IRouter, authn, admin, throttle gin.HandlerFunc) {
-	r.POST("/seckill/:voucherId", authn, throttle, h.seckill)
+	r.POST(SeckillRoute, authn, throttle, h.seckill)
 	r.GET("/orders/:id", authn, h.get)
 	r.GET("/admin/queue", authn, admin, h.queue)
 	r.GET("/admin/dead-letters", authn, admin, h.deadLetters)
@@ -63,6 +66,12 @@ func (h *Handler) queue(c *gin.Context) {
 	web.JSON(c, http.StatusOK, st)
 }
 
+// ErrorKey is where the seckill handler leaves, in the gin context, the
+// error it answered: a middleware that counts answers by outcome (package
+// metrics) reads it there, since the status alone cannot tell sold_out
+// from already_ordered (both 409).
+const ErrorKey = "order.seckill.error"
+
 func (h *Handler) seckill(c *gin.Context) {
 	voucherID, ok := web.ID(c, "voucherId")
 	if !ok {
@@ -70,6 +79,7 @@ func (h *Handler) seckill(c *gin.Context) {
 	}
 	id, err := h.svc.Seckill(c.Request.Context(), auth.From(c).UserID, voucherID)
 	if err != nil {
+		c.Set(ErrorKey, err)
 		web.Error(c, h.log, err)
 		return
 	}

@@ -45,6 +45,9 @@ type Config struct {
 	// GroupCommit is the most orders of concurrent requests written in one
 	// transaction in sync mode (writer.go); 1 writes each on its own.
 	GroupCommit int
+	// Observer is told the stages' timings and what the lock, the group
+	// commit and the sweeper did (observe.go); nil tells nobody.
+	Observer Observer
 }
 
 // DefaultConfig suits a stock hold of 15s.
@@ -61,6 +64,7 @@ type Service struct {
 	now      func() time.Time
 	log      *slog.Logger
 	cfg      Config
+	obs      Observer // cfg.Observer, or nobody
 
 	mode mode // sync or async: how a unit becomes an order
 
@@ -104,6 +108,10 @@ type mode interface {
 func NewService(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
 	s := &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg,
 		writes: writer{in: make(chan *write), max: max(cfg.GroupCommit, 1)}}
+	s.obs = cfg.Observer
+	if s.obs == nil {
+		s.obs = nobody{}
+	}
 	s.mode = syncMode{s}
 	if cfg.Async {
 		s.mode = asyncMode{s}
@@ -197,7 +205,10 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 		if err != nil {
 			return 0, err
 		}
+		// Timed with the real clock, not s.now: a latency is not a date.
+		start := time.Now()
 		res, id, err := s.stocks.Take(ctx, voucherID, userID, slot)
+		s.obs.Stage(StageStock, time.Since(start))
 		if err != nil {
 			// Nothing taken; or, if only the reply was lost, a unit under
 			// a hold that the sweeper gives back.
@@ -253,15 +264,23 @@ func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64
 	// Guard 3: the per-user lock. Taken after the stock script so that the
 	// rejected majority never pays for it. Try once: a second request of
 	// the same user is told to come back, not queued.
+	start := time.Now()
 	lk, err := s.locks.Obtain(wctx, UserLockKey(voucherID, userID), s.cfg.LockTTL, lock.WithWatchdog(s.cfg.WriteTimeout))
+	s.obs.Stage(StageLock, time.Since(start))
 	if errors.Is(err, lock.ErrNotAcquired) {
+		s.obs.UserLock(LockContended)
 		return 0, NotWritten, busyRetry()
 	}
 	if err != nil {
 		return 0, NotWritten, err
 	}
+	s.obs.UserLock(LockObtained)
 	defer func() {
-		if err := lk.Release(context.WithoutCancel(wctx)); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+		err := lk.Release(context.WithoutCancel(wctx))
+		if errors.Is(err, lock.ErrNotHeld) {
+			// Released only here, so not held means lost on the way.
+			s.obs.UserLock(LockLost)
+		} else if err != nil {
 			s.log.WarnContext(wctx, "release user lock; it expires by itself", "key", lk.Key(), "err", err)
 		}
 	}()
@@ -272,7 +291,9 @@ func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64
 	// transaction rolls back, instead of committing unprotected.
 	for {
 		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
+		start := time.Now()
 		outcome, err := s.commit(lk.Context(), o)
+		s.obs.Stage(StageCommit, time.Since(start))
 		if outcome == Unknown {
 			// Ask MySQL, with a budget of its own (the write's may be
 			// spent). Should the hold expire meanwhile, the Sweeper asks

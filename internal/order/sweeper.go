@@ -81,6 +81,7 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 				var back bool
 				back, err = s.stocks.Reclaim(ctx, voucherID, u)
 				if back {
+					s.obs.Reclaimed()
 					s.log.InfoContext(ctx, "reclaimed stock of an abandoned request", "voucher", voucherID, "user", u)
 				}
 			}
@@ -106,6 +107,7 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		return stockLeft(ctx, s.db, voucherID)
 	})
 	if fixed {
+		s.obs.DriftCorrected()
 		s.log.InfoContext(ctx, "corrected Redis stock to MySQL's", "voucher", voucherID)
 	}
 	return err

@@ -118,6 +118,7 @@ func (s *Service) writeGroup(batch []*write) {
 		}
 		switch outcome {
 		case Written:
+			s.obs.Committed(len(live))
 			for _, w := range live {
 				w.done <- written{Written, nil}
 			}
@@ -133,6 +134,9 @@ func (s *Service) writeGroup(batch []*write) {
 	}
 	for _, w := range live {
 		outcome, err := Transact(w.ctx, s.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
+		if outcome == Written {
+			s.obs.Committed(1)
+		}
 		w.done <- written{outcome, err}
 	}
 }

@@ -35,7 +35,20 @@ type Config struct {
 	Batch         int           // entries read and written at once
 	ClaimIdle     time.Duration // an entry pending this long in another consumer is taken over
 	MaxDeliveries int64         // deliveries after which a failing entry goes to the dead letters
+	Observer      Observer      // told the size of each batch written; nil tells nobody
 }
+
+// Observer is told the size of every batch the consumer writes, so that
+// someone (package metrics) can count them. It must be cheap and must not
+// block.
+type Observer interface {
+	// ConsumerBatch reports one transaction that settled n entries.
+	ConsumerBatch(n int)
+}
+
+type nobody struct{}
+
+func (nobody) ConsumerBatch(int) {}
 
 var (
 	//go:embed prune.lua
@@ -85,6 +98,9 @@ type Consumer struct {
 
 // New returns a Consumer of the orders stream in rdb that writes to db.
 func New(db *gorm.DB, rdb redis.UniversalClient, now func() time.Time, cfg Config, log *slog.Logger) *Consumer {
+	if cfg.Observer == nil {
+		cfg.Observer = nobody{}
+	}
 	return &Consumer{db: db, rdb: rdb, now: now, cfg: cfg, log: log.With("consumer", cfg.Consumer), claimCursor: "0-0", size: cfg.Batch}
 }
 
@@ -330,6 +346,7 @@ func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
 	}
 	outcome, err := p.write(ctx, orders)
 	if outcome == order.Written {
+		p.cfg.Observer.ConsumerBatch(len(orders))
 		p.size = min(2*p.size, p.cfg.Batch)
 		p.ack(ctx, entries, orders)
 		return nil
@@ -355,6 +372,7 @@ func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
 		outcome, err := p.write(ctx, []order.Order{o})
 		switch {
 		case outcome == order.Written:
+			p.cfg.Observer.ConsumerBatch(1)
 			p.ack(ctx, entries[i:i+1], orders[i:i+1])
 		case transient(err):
 			return err

@@ -1,0 +1,249 @@
+// Package metrics lets a person running a flash sale watch it: it counts
+// what the seckill path does and serves the counts at GET /metrics in
+// Prometheus' text format, for a Prometheus server to scrape every few
+// seconds and a dashboard to draw.
+//
+// What is measured, and where:
+//   - every answer to POST /seckill/{voucherId}, by the contract's outcome
+//     code, and how long the whole request took (Seckill, a middleware);
+//   - how long each stage of a request took: the stock script in Redis, the
+//     per-user lock, the MySQL commit; what became of the lock; how many
+//     orders each group commit wrote; what the sweeper repaired (package
+//     order reports them through order.Observer, which Metrics implements);
+//   - how many entries each batch of async mode's consumer wrote
+//     (queue.Observer);
+//   - read when scraped: the orders stream's backlog, and the Redis and
+//     MySQL connection pools.
+//
+// Packages order and queue never import Prometheus: they report to a small
+// interface of their own, and a Service built without one (most tests)
+// reports to nobody. Every Metrics has a registry of its own, not
+// Prometheus' global one, so that several servers can run in one process
+// (the tests do) without counting into each other's figures.
+//
+// The request path pays a few atomic additions and nothing else: every
+// labelled series is looked up once, in New, not per request.
+package metrics
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/apperr"
+	"seckill/internal/order"
+)
+
+// Metrics holds one server's collectors and its registry. It implements
+// order.Observer and queue.Observer.
+type Metrics struct {
+	reg *prometheus.Registry
+	log *slog.Logger
+
+	answers   map[apperr.Code]prometheus.Counter // read-only after New
+	answerOK  prometheus.Counter
+	request   prometheus.Observer
+	stages    [order.Stages]prometheus.Observer
+	locks     [order.LockResults]prometheus.Counter
+	committed prometheus.Observer
+	consumer  prometheus.Observer
+	reclaimed prometheus.Counter
+	drift     prometheus.Counter
+}
+
+// codes are the contract's error codes (apperr), each a value of the
+// answers' code label.
+var codes = []apperr.Code{
+	apperr.InvalidArgument, apperr.Unauthorized, apperr.Forbidden, apperr.NotFound,
+	apperr.NotStarted, apperr.Ended, apperr.SoldOut, apperr.AlreadyOrdered,
+	apperr.Busy, apperr.Unavailable, apperr.Internal,
+}
+
+// Buckets. A stage takes well under a millisecond when all is well and
+// seconds when something waits (a pool, a row lock, a failover): doubling
+// buckets from half a millisecond to about 8s show both.
+var (
+	latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 15)
+	// Batches run from 1 order (a quiet moment) to 500 (ASYNC_BATCH's
+	// default).
+	batchBuckets = prometheus.ExponentialBuckets(1, 2, 10)
+)
+
+// New returns a Metrics with the Go runtime's and the process's own
+// collectors registered (memory, goroutines, CPU, open files). log is
+// told of a scrape that could not read everything.
+func New(log *slog.Logger) *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{reg: reg, log: log, answers: map[apperr.Code]prometheus.Counter{}}
+
+	answers := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_answers_total",
+		Help: "Answers to POST /seckill/{voucherId}, by outcome: ok is a 200 (an order), the others are the error codes of the API reference (sold_out, already_ordered, busy, ...).",
+	}, []string{"code"})
+	m.answerOK = answers.WithLabelValues("ok")
+	for _, c := range codes {
+		m.answers[c] = answers.WithLabelValues(string(c))
+	}
+	request := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seckill_request_duration_seconds",
+		Help:    "Time from receiving a POST /seckill/{voucherId} to answering it, whatever the answer.",
+		Buckets: latencyBuckets,
+	})
+	m.request = request
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "seckill_stage_duration_seconds",
+		Help: "Time spent in one stage of a seckill request: stock is the stock script in Redis (every request that gets that far), " +
+			"lock obtaining the per-user lock, commit writing the order to MySQL (sync mode; includes waiting for the group commit).",
+		Buckets: latencyBuckets,
+	}, []string{"stage"})
+	for s := range order.Stages {
+		m.stages[s] = stages.WithLabelValues(s.String())
+	}
+	locks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_user_lock_total",
+		Help: "The per-user lock of sync mode: obtained, contended (another request of the same user held it: answered busy), " +
+			"or lost before release (its renewal failed; the order was written without the lock's protection to the end).",
+	}, []string{"result"})
+	for r := range order.LockResults {
+		m.locks[r] = locks.WithLabelValues(r.String())
+	}
+	committed := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seckill_group_commit_batch_size",
+		Help:    "Orders written per MySQL transaction by sync mode's group commit: many means requests arrived together and shared one COMMIT.",
+		Buckets: batchBuckets,
+	})
+	m.committed = committed
+	consumer := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seckill_consumer_batch_size",
+		Help:    "Stream entries settled per MySQL transaction by async mode's consumer.",
+		Buckets: batchBuckets,
+	})
+	m.consumer = consumer
+	reclaimed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seckill_holds_reclaimed_total",
+		Help: "Units of stock the sweeper put back on sale because the request that took them died (or failed to give them back) before writing its order.",
+	})
+	m.reclaimed = reclaimed
+	drift := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seckill_stock_drift_corrected_total",
+		Help: "Times the sweeper found a voucher's stock in Redis different from MySQL's and set it to MySQL's.",
+	})
+	m.drift = drift
+	reg.MustRegister(answers, request, stages, locks, committed, consumer, reclaimed, drift)
+	return m
+}
+
+// Handler serves the registry's metrics in Prometheus' text format. A
+// collector that fails (Redis down while reading the queue) does not fail
+// the scrape: the rest is served, and the failure logged.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      m.reg, // promhttp_metric_handler_errors_total: scrapes that hit an error
+	})
+}
+
+// Seckill is a middleware, to be installed before every other (the
+// overload cap and panic recovery included, so that their answers count
+// too), that counts the answers of the route named route (gin's pattern,
+// such as "/seckill/:voucherId") and times them. Other routes pass through.
+//
+// Most codes follow from the status alone; 409 does not (sold_out,
+// already_ordered, not_started and ended share it), so for a 409 it reads
+// the error the handler left in the context under order.ErrorKey.
+func (m *Metrics) Seckill(route string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.FullPath() != route {
+			c.Next()
+			return
+		}
+		start := time.Now()
+		c.Next()
+		m.request.Observe(time.Since(start).Seconds())
+		m.answer(c).Inc()
+	}
+}
+
+// answer is the counter of the answer c got.
+func (m *Metrics) answer(c *gin.Context) prometheus.Counter {
+	switch c.Writer.Status() {
+	case http.StatusOK:
+		return m.answerOK
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return m.answers[apperr.InvalidArgument]
+	case http.StatusUnauthorized:
+		return m.answers[apperr.Unauthorized]
+	case http.StatusForbidden:
+		return m.answers[apperr.Forbidden]
+	case http.StatusNotFound:
+		return m.answers[apperr.NotFound]
+	case http.StatusTooManyRequests:
+		return m.answers[apperr.Busy]
+	case http.StatusServiceUnavailable:
+		return m.answers[apperr.Unavailable]
+	case http.StatusConflict:
+		v, _ := c.Get(order.ErrorKey)
+		err, _ := v.(error)
+		if e := apperr.As(err); e != nil && apperr.Status(e.Code) == http.StatusConflict {
+			return m.answers[e.Code]
+		}
+	}
+	return m.answers[apperr.Internal]
+}
+
+// Stage implements order.Observer.
+func (m *Metrics) Stage(s order.Stage, d time.Duration) {
+	if s >= 0 && s < order.Stages {
+		m.stages[s].Observe(d.Seconds())
+	}
+}
+
+// UserLock implements order.Observer.
+func (m *Metrics) UserLock(r order.LockResult) {
+	if r >= 0 && r < order.LockResults {
+		m.locks[r].Inc()
+	}
+}
+
+// Committed implements order.Observer.
+func (m *Metrics) Committed(n int) { m.committed.Observe(float64(n)) }
+
+// Reclaimed implements order.Observer.
+func (m *Metrics) Reclaimed() { m.reclaimed.Inc() }
+
+// DriftCorrected implements order.Observer.
+func (m *Metrics) DriftCorrected() { m.drift.Inc() }
+
+// ConsumerBatch implements queue.Observer.
+func (m *Metrics) ConsumerBatch(n int) { m.consumer.Observe(float64(n)) }
+
+// WatchDB adds the statistics of MySQL's connection pool (database/sql's
+// DBStats, through client_golang's own collector: go_sql_*, labelled
+// db_name="mysql"), read when scraped. Connections in use near the maximum,
+// and a wait count that climbs, mean requests queue for a connection.
+func (m *Metrics) WatchDB(db *sql.DB) {
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "mysql"))
+}
+
+// WatchRedis adds the statistics of the Redis client's connection pool,
+// read when scraped (seckill_redis_pool_*).
+func (m *Metrics) WatchRedis(rdb redis.UniversalClient) {
+	m.reg.MustRegister(redisPool{rdb})
+}
+
+// WatchQueue adds the state of async mode's orders stream, read when
+// scraped by stats (order.Service.QueueStats, the figures of GET
+// /admin/queue).
+func (m *Metrics) WatchQueue(stats func(context.Context) (order.QueueStats, error)) {
+	m.reg.MustRegister(queueCollector{stats})
+}
