@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -45,15 +46,20 @@ func NewMySQL(db *sql.DB) *MySQL {
 	return &MySQL{db: db, maxPoll: 100 * time.Millisecond}
 }
 
-// mysqlName is the server's name for the lock called key. MySQL takes at
-// most 64 characters, so a longer name is replaced by its hash.
+// mysqlName is the server's name for the lock called key. The server
+// takes at most 64 characters and compares names without regard to case
+// (MariaDB documents it; "Order:1" and "order:1" would be one lock), so a
+// name is kept readable only when it is short and has nothing a case could
+// fold: lower-case ASCII letters, digits and ":_.-". Any other is replaced
+// by its SHA-256 in hex, 64 characters, which has no ":" and so never
+// equals a readable name.
 func mysqlName(key string) string {
 	name := "lock:" + key
-	if len(name) > 64 {
-		sum := sha256.Sum256([]byte(name))
-		name = hex.EncodeToString(sum[:])
+	if len(name) <= 64 && strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789:_.-") == "" {
+		return name
 	}
-	return name
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
 }
 
 // Obtain acquires the lock named key for ttl. See Locker.

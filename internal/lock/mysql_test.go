@@ -117,3 +117,20 @@ func TestMySQLHolderDies(t *testing.T) {
 		t.Errorf("Release by the dead holder: got %v, want ErrNotHeld", err)
 	}
 }
+
+// MySQL compares lock names without regard to case; keys that differ only
+// in case must still be two locks, as on every other backend.
+func TestMySQLKeysDifferingInCase(t *testing.T) {
+	m := NewMySQL(testMySQL(t))
+	key := testKey(t)
+	lower := mustObtain(t, m, key+":order", 10*time.Second)
+	defer mustRelease(t, lower)
+	upper, err := m.Obtain(context.Background(), key+":ORDER", 10*time.Second)
+	if err != nil {
+		t.Fatalf("a key differing only in case: %v, want a lock of its own", err)
+	}
+	mustRelease(t, upper)
+	if got := mysqlName(key + ":order"); got != "lock:"+key+":order" {
+		t.Errorf("a lower-case key's name %q, want it readable", got)
+	}
+}
