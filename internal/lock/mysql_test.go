@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,9 +119,16 @@ func TestMySQLHolderDies(t *testing.T) {
 	}
 }
 
-// MySQL compares lock names without regard to case; keys that differ only
-// in case must still be two locks, as on every other backend.
+// A server may compare lock names without regard to case; keys that
+// differ only in case must still be two locks, as on every other backend.
+// The names must differ even to such a server (the test's own MariaDB
+// tells cases apart, so the first check is the one that can fail here).
 func TestMySQLKeysDifferingInCase(t *testing.T) {
+	for _, k := range [][2]string{{"order:1", "Order:1"}, {"a", "A"}, {"user:ß", "user:SS"}} {
+		if a, b := mysqlName(k[0]), mysqlName(k[1]); strings.EqualFold(a, b) {
+			t.Errorf("keys %q and %q get names %q and %q, one lock to a server that ignores case", k[0], k[1], a, b)
+		}
+	}
 	m := NewMySQL(testMySQL(t))
 	key := testKey(t)
 	lower := mustObtain(t, m, key+":order", 10*time.Second)
