@@ -41,7 +41,10 @@ type MySQL struct {
 var _ Locker = (*MySQL)(nil)
 
 // NewMySQL returns a backend taking locks on db. Each lock held, and each
-// try, takes one of db's connections.
+// try, takes one of db's connections for as long: give it a *sql.DB of its
+// own, sized for the locks held at once, not the pool the holders' own
+// queries use, or thirty held locks leave those queries waiting for a
+// connection that only their own release would free.
 func NewMySQL(db *sql.DB) *MySQL {
 	return &MySQL{db: db, maxPoll: 100 * time.Millisecond}
 }

@@ -15,7 +15,9 @@ import (
 //
 // A waiting writer is not starved by a stream of readers: once a writer
 // waits, new readers wait behind it, the current ones finish, and the
-// writer goes. Each hold is reentrant for its owner (WithOwner), as the
+// writer goes. The price is the other way round: a steady stream of
+// writers, each waiting before the last is done, keeps readers out for as
+// long as it lasts. Use it where writes are rare, as a reload is. Each hold is reentrant for its owner (WithOwner), as the
 // lock is: an owner may read or write again while it holds, and the
 // writer may also read. A reader cannot become the writer: two readers
 // trying would wait for each other forever; release the read lock first.
