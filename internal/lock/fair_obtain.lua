@@ -34,24 +34,6 @@ local patience, prefix = tonumber(ARGV[5]), ARGV[6]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- first returns the first in line that is still alive, after removing the
--- waiters whose time in line ran out. (An entry of the line that has no
--- time at all should not exist; it would block the line forever, so it
--- goes too.)
-local function first()
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do
-    redis.call('LREM', queue, 1, dead)
-  end
-  redis.call('ZREMRANGEBYSCORE', alive, '-inf', now)
-  while true do
-    local h = redis.call('LINDEX', queue, 0)
-    if not h or redis.call('ZSCORE', alive, h) then
-      return h
-    end
-    redis.call('LPOP', queue)
-  end
-end
-
 -- wait puts the holder in line, or keeps its place, unless it tries once.
 local function wait()
   if patience == 0 then
@@ -66,7 +48,7 @@ local function wait()
   redis.call('PEXPIRE', alive, tonumber(last[2]) - now)
 end
 
-local head = first()
+local head = first(queue, alive, now)
 local kind = redis.call('TYPE', lock).ok
 if kind == 'hash' and reentrant and redis.call('HEXISTS', lock, holder) == 1 then
   -- An owner entering again does not queue behind others: they wait for it.

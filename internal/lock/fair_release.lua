@@ -18,21 +18,6 @@ local holder, prefix, leave = ARGV[1], ARGV[2], ARGV[3] == 'leave'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- first returns the first in line that is still alive, as in fair_obtain.lua.
-local function first()
-  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', alive, '-inf', now)) do
-    redis.call('LREM', queue, 1, dead)
-  end
-  redis.call('ZREMRANGEBYSCORE', alive, '-inf', now)
-  while true do
-    local h = redis.call('LINDEX', queue, 0)
-    if not h or redis.call('ZSCORE', alive, h) then
-      return h
-    end
-    redis.call('LPOP', queue)
-  end
-end
-
 if leave then
   redis.call('LREM', queue, 1, holder)
   redis.call('ZREM', alive, holder)
@@ -63,7 +48,7 @@ else
   redis.call('DEL', lock)
 end
 
-local head = first()
+local head = first(queue, alive, now)
 if head then
   redis.call('PUBLISH', prefix .. head, 'released')
 end

@@ -46,13 +46,16 @@ var (
 	rwReleaseLua    string
 	rwReleaseScript = redis.NewScript(rwReleaseLua)
 
+	//go:embed fair_line.lua
+	fairLineLua string
+
 	//go:embed fair_obtain.lua
 	fairObtainLua    string
-	fairObtainScript = redis.NewScript(fairObtainLua)
+	fairObtainScript = redis.NewScript(fairLineLua + fairObtainLua)
 
 	//go:embed fair_release.lua
 	fairReleaseLua    string
-	fairReleaseScript = redis.NewScript(fairReleaseLua)
+	fairReleaseScript = redis.NewScript(fairLineLua + fairReleaseLua)
 
 	//go:embed latch_count_down.lua
 	latchCountDownLua    string
