@@ -49,44 +49,17 @@ FIRST_PORT=18090
 MYSQL_CONNS=$((90 / INSTANCES))
 JWT_SECRET=flood-test-only-secret-not-for-production
 
-mkdir -p "$WORK"
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do
-		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-log() { printf '== %s\n' "$*" >&2; }
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 fail() { echo "flood.sh: FAIL: $*" >&2; exit 1; }
 
-if ! command -v wrk >/dev/null; then
-	log "wrk missing: installing it"
-	timeout 300 apt-get install -y wrk >/dev/null 2>&1 ||
-		{ timeout 120 apt-get update >/dev/null 2>&1 && timeout 300 apt-get install -y wrk >/dev/null; }
-fi
-for tool in wrk mysql redis-cli curl jq go; do
-	command -v "$tool" >/dev/null || { echo "flood.sh: $tool is required" >&2; exit 1; }
-done
+need wrk mysql redis-cli curl jq go bc
 # Every connection is a file descriptor, in wrk and in the server.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 (($(ulimit -n) > CONNS + 1000)) || fail "ulimit -n is $(ulimit -n), too low for $CONNS connections"
 
 log "building server and tokens into $WORK"
-if [[ -n ${SERVER_REV:-} ]]; then
-	rev=$(git rev-parse --verify "$SERVER_REV^{commit}")
-	rm -rf "$WORK/src" && mkdir -p "$WORK/src"
-	git archive "$rev" | tar -x -C "$WORK/src"
-	(cd "$WORK/src" && timeout 600 go build -o "$WORK/server" ./cmd/server)
-	server_desc="commit $rev"
-else
-	timeout 600 go build -o "$WORK/server" ./cmd/server
-	server_desc="working tree at $(git rev-parse --short HEAD)"
-	[[ -z $(git status --porcelain -- cmd internal migrations go.mod go.sum) ]] || server_desc+=" with uncommitted changes"
-fi
+build_server
 timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
 
 log "database $DB afresh, Redis db $REDIS_DB flushed"

@@ -49,32 +49,11 @@ MYSQL_DSN="root:@tcp(127.0.0.1:3306)/$DB"
 # A benchmark-only key; the server refuses to start without one.
 JWT_SECRET=reject-bench-only-secret-not-for-production
 
-mkdir -p "$WORK"
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		# Bounded: a process that ignores TERM for 10s is killed.
-		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '== %s\n' "$*" >&2; }
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
 
 # --- prerequisites --------------------------------------------------------
-if ! command -v wrk >/dev/null; then
-	log "wrk missing: installing it"
-	timeout 300 apt-get install -y wrk >/dev/null 2>&1 ||
-		{ timeout 120 apt-get update >/dev/null 2>&1 && timeout 300 apt-get install -y wrk >/dev/null; }
-fi
-for tool in wrk mysql redis-cli curl jq python3 go; do
-	command -v "$tool" >/dev/null || { echo "reject.sh: $tool is required" >&2; exit 1; }
-done
+need wrk mysql redis-cli curl jq python3 go
 timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" ping >/dev/null
 timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
 
@@ -83,19 +62,7 @@ timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
 # $WORK/src), so that edits in progress in the tree do not leak into the
 # figures; empty builds the working tree as it is.
 log "building server, yardstick, tokens into $WORK"
-if [[ -n ${SERVER_REV:-} ]]; then
-	rev=$(git rev-parse --verify "$SERVER_REV^{commit}")
-	rm -rf "$WORK/src" && mkdir -p "$WORK/src"
-	git archive "$rev" | tar -x -C "$WORK/src"
-	(cd "$WORK/src" && timeout 600 go build -o "$WORK/server" ./cmd/server)
-	server_desc="commit $rev"
-else
-	timeout 600 go build -o "$WORK/server" ./cmd/server
-	server_desc="working tree at $(git rev-parse --short HEAD)"
-	if [[ -n $(git status --porcelain -- cmd internal migrations go.mod go.sum) ]]; then
-		server_desc+=" with uncommitted changes"
-	fi
-fi
+build_server
 timeout 600 go build -o "$WORK/yardstick" ./loadtest/yardstick
 timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
 
