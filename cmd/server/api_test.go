@@ -980,20 +980,7 @@ func TestAPIClientAddress(t *testing.T) {
 	proxy := clientAddr()
 	st := newStack(t, 0)
 	env := st.env(freeAddr(t), "AUTH_CODES_PER_ADDR_PER_MIN", "2", "TRUSTED_PROXIES", proxy+",2001:db8::/32")
-	cfg, err := loadConfig(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stores, err := openStores(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stores.close)
-	a, err := newApp(cfg, stores, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestApp(t, env)
 	// ask sends a code request from peer with the given headers.
 	ask := func(peer string, header ...string) int {
 		req := httptest.NewRequest("POST", "/auth/code", strings.NewReader(fmt.Sprintf(`{"phone": %q}`, apiPhone())))

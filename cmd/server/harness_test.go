@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -329,4 +330,25 @@ func TestMain(m *testing.M) {
 	// The fault tests break connections on purpose.
 	testenv.QuietDrivers()
 	os.Exit(m.Run())
+}
+
+// newTestApp wires the app of env without a listening server, for tests
+// that drive its router directly; its stores close when the test ends.
+func newTestApp(t *testing.T, env map[string]string) *app {
+	t.Helper()
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stores, err := openStores(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stores.close)
+	a, err := newApp(cfg, stores, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -46,20 +45,7 @@ func openAPI(t *testing.T) *openapi3.T {
 // against the document, both ways.
 func TestOpenAPIRoutes(t *testing.T) {
 	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0"}
-	cfg, err := loadConfig(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stores, err := openStores(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stores.close)
-	a, err := newApp(cfg, stores, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestApp(t, env)
 
 	param := regexp.MustCompile(`[:*]([A-Za-z0-9_]+)`)
 	var served []string
