@@ -23,7 +23,7 @@ import (
 
 // waitWritten waits until every order answered 200 is a row and the
 // queue is empty, and returns the state at rest.
-func waitWritten(t *testing.T, db *gorm.DB, rdb *redis.Client, vid string, won map[string]string, within time.Duration) storeState {
+func waitWritten(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid string, won map[string]string, within time.Duration) storeState {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

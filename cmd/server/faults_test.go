@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/stock"
 	"seckill/internal/testenv"
 	"seckill/internal/testenv/faultproxy"
 )
@@ -45,13 +46,15 @@ type rig struct {
 	maria    *testenv.MariaDB
 	ownRedis *testenv.RedisServer
 	sentinel *testenv.Sentinel // with own "sentinel": the instances reach Redis through it
+	cluster  *testenv.Cluster  // with own "cluster": the instances' Redis
+	vid      int64             // the voucher on sale
 }
 
 // faultCase is one fault: inject starts it and returns when it is over
 // (healed); the sale's second wave runs meanwhile.
 type faultCase struct {
 	name   string
-	own    string // "mariadb", "redis" or "sentinel": needs servers of its own
+	own    string // "mariadb", "redis", "sentinel" or "cluster": needs servers of its own
 	inject func(t *testing.T, r *rig)
 	modes  []string // the modes it runs in; nil: both
 }
@@ -77,6 +80,23 @@ var faultCases = []faultCase{
 		time.Sleep(500 * time.Millisecond)
 		old.Kill()
 		r.sentinel.WaitFailover(t, old, 20*time.Second)
+	}},
+	// The same on a Redis Cluster: the master of the voucher's slot dies
+	// with the last half second of writes unreplicated. Its replica is
+	// frozen (SIGSTOP) and its link cut, so it cannot catch up before the
+	// master is killed; thawed, it is promoted. The instances' cluster
+	// client finds the new master when its slot map is reloaded.
+	{name: "redis cluster master failed over", own: "cluster", modes: []string{"sync"}, inject: func(t *testing.T, r *rig) {
+		old := r.cluster.MasterOf(t, stock.KeysOf(r.vid).Stock)
+		replica := r.cluster.ReplicaOf(t, old)
+		replica.Freeze(t)
+		if err := old.Client(t).ClientKillByFilter(context.Background(), "TYPE", "replica").Err(); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		old.Kill()
+		replica.Thaw(t)
+		r.cluster.WaitFailover(t, old, 20*time.Second)
 	}},
 	{name: "mysql cut 3s", inject: func(t *testing.T, r *rig) {
 		r.my.Cut()
@@ -112,12 +132,14 @@ var faultCases = []faultCase{
 		}
 	}},
 	{name: "stock script reply dropped", inject: func(t *testing.T, r *rig) {
-		// The stock script (take.lua, or accept.lua in async mode) is the
-		// one script called with the voucher's stock key and the day's
-		// ID sequence among its keys.
+		// The stock script (take.lua, or accept.lua in async mode) is told
+		// apart from the others given the voucher's stock key by its
+		// length: EVALSHA, SHA, key count, 3 keys and 2 arguments (take),
+		// or 7 keys and 4 arguments (accept).
 		evalsha := faultproxy.RedisCommand("EVALSHA")
 		fired := r.rd.DropReplyAfter(func(chunk []byte) bool {
-			return evalsha(chunk) && bytes.Contains(chunk, []byte("}:stock\r\n")) && bytes.Contains(chunk, []byte("icr:order:"))
+			return evalsha(chunk) && bytes.Contains(chunk, []byte("}:stock\r\n")) &&
+				(bytes.HasPrefix(chunk, []byte("*8\r\n")) || bytes.HasPrefix(chunk, []byte("*14\r\n")))
 		})
 		select {
 		case <-fired:
@@ -153,10 +175,14 @@ func saleWithFault(t *testing.T, mode string, fc faultCase) {
 			// 600 logins from 127.0.0.1: the code limits off, as in stack.env.
 			"AUTH_CODE_INTERVAL": "0", "AUTH_CODES_PER_DAY": "0", "AUTH_CODES_PER_ADDR_PER_MIN": "0",
 		}
-		if r.sentinel != nil {
+		switch {
+		case r.sentinel != nil:
 			delete(env, "REDIS_ADDR")
 			env["REDIS_ADDRS"] = strings.Join(r.sentinel.Addrs(), ",")
 			env["REDIS_MASTER_NAME"] = r.sentinel.Name
+		case r.cluster != nil:
+			delete(env, "REDIS_ADDR")
+			env["REDIS_ADDRS"] = strings.Join(r.cluster.Addrs(), ",")
 		}
 		insts[i] = start(t, env)
 	}
@@ -165,14 +191,20 @@ func saleWithFault(t *testing.T, mode string, fc faultCase) {
 	vid := openVoucher(t, insts[0].Base, admin, initial)
 	users := loginMany(t, insts[1].Base, 600)
 	db := testenv.Open(t, withParseTime(t, r.checkDSN))
-	rdb := redis.NewClient(&redis.Options{Addr: r.checkRd, DB: r.redisDB, MaxRetries: -1})
-	if r.sentinel != nil {
+	var rdb redis.UniversalClient
+	switch {
+	case r.sentinel != nil:
 		// The test's own reads follow the master too.
 		rdb = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: r.sentinel.Name, SentinelAddrs: r.sentinel.Addrs(), MaxRetries: -1,
 		})
+	case r.cluster != nil:
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.cluster.Addrs(), MaxRetries: -1, ClusterStateReloadInterval: time.Second})
+	default:
+		rdb = redis.NewClient(&redis.Options{Addr: r.checkRd, DB: r.redisDB, MaxRetries: -1})
 	}
 	t.Cleanup(func() { rdb.Close() })
+	r.vid, _ = strconv.ParseInt(vid, 10, 64)
 
 	var l ledger
 	// Wave 1, healthy: 40 users.
@@ -239,7 +271,7 @@ func saleWithFault(t *testing.T, mode string, fc faultCase) {
 	}
 	t.Logf("%s/%s: %d answers: 200 %d, 503 %d, sold_out %d, busy %d", mode, fc.name, len(l.all),
 		len(won), l.count(503, "unavailable"), l.count(409, "sold_out"), l.count(429, "busy"))
-	if fc.own == "sentinel" {
+	if fc.own == "sentinel" || fc.own == "cluster" {
 		// The replica lagged: it must have missed units taken, or the
 		// fault proved nothing. Redis then sold fewer than MySQL holds,
 		// and the reconciler put the difference back.
@@ -266,7 +298,7 @@ func paced(l *ledger, insts []*instance, users []user, vid string, d time.Durati
 
 // waitSettled waits until nothing is in flight (async: the queue written)
 // and Redis agrees with MySQL.
-func waitSettled(t *testing.T, db *gorm.DB, rdb *redis.Client, vid, mode string, within time.Duration) storeState {
+func waitSettled(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid, mode string, within time.Duration) storeState {
 	t.Helper()
 	if mode == "async" {
 		deadline := time.Now().Add(within)
@@ -316,6 +348,8 @@ func newRig(t *testing.T, own string) *rig {
 		r.redis, r.checkRd = r.ownRedis.Addr(), r.ownRedis.Addr()
 	case "sentinel":
 		r.sentinel = testenv.StartSentinel(t)
+	case "cluster":
+		r.cluster = testenv.StartCluster(t)
 	default:
 		if own == "mariadb" {
 			if err := testenv.Redis(t, 12).FlushDB(context.Background()).Err(); err != nil {

@@ -87,7 +87,7 @@ type storeState struct {
 	Holds       int64
 }
 
-func readState(t *testing.T, db *gorm.DB, rdb *redis.Client, voucherID string) storeState {
+func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID string) storeState {
 	t.Helper()
 	ctx := context.Background()
 	vid, _ := strconv.ParseInt(voucherID, 10, 64)
@@ -153,7 +153,7 @@ func checkInvariants(t *testing.T, s storeState, initial int64, won map[string]s
 
 // waitRest waits until Redis agrees with MySQL for the voucher (no holds
 // open, same stock), which the sweeper guarantees within a few periods.
-func waitRest(t *testing.T, db *gorm.DB, rdb *redis.Client, voucherID string, within time.Duration) storeState {
+func waitRest(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID string, within time.Duration) storeState {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"seckill/internal/idworker"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
 )
@@ -185,11 +184,7 @@ func TestMetricsCountASale(t *testing.T) {
 				t.Fatal(err)
 			}
 			id2, _ := strconv.ParseInt(vid2, 10, 64)
-			slot, err := idworker.SlotAt("order", time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res, _, err := stock.NewStore(rdb, 3*time.Second).Take(ctx, id2, 1<<40, slot); err != nil || res != stock.Taken {
+			if res, err := stock.NewStore(rdb, 3*time.Second).Take(ctx, id2, 1<<40); err != nil || res != stock.Taken {
 				t.Fatalf("take a unit as a request that then dies: %v %v", res, err)
 			}
 

@@ -266,8 +266,11 @@ func newRedis(cfg config) redis.UniversalClient {
 		// user whose unit the first run took.
 		DialTimeout: time.Second, MaxRetries: -1,
 	}
-	if cfg.Redis.MasterName != "" {
+	switch {
+	case cfg.Redis.MasterName != "":
 		return redis.NewFailoverClient(opt.Failover())
+	case cfg.Redis.Cluster:
+		return newClusterClient(opt)
 	}
 	return redis.NewClient(opt.Simple())
 }

@@ -370,57 +370,6 @@ func TestClockOutOfRange(t *testing.T) {
 	}
 }
 
-// next_id, the Lua twin of Next used inside the stock scripts, must make
-// exactly the IDs Go makes: Lua numbers are doubles, so the 63-bit sum is
-// done in two halves, and an error there would hand out wrong IDs.
-func TestLuaNextIDMatchesGo(t *testing.T) {
-	rdb := testenv.Redis(t, 0)
-	ctx := context.Background()
-	script := redis.NewScript(idworker.LuaNextID + "return next_id(KEYS[1], ARGV[1], ARGV[2])")
-	for _, tc := range []struct {
-		name  string
-		at    time.Time
-		start int64 // the counter before the call
-	}{
-		{"epoch", idworker.Epoch, 0},
-		{"today", time.Date(2026, 11, 20, 23, 59, 59, 0, time.UTC), 41},
-		{"the last second of the 31 bits", idworker.Epoch.Add((1<<31 - 1) * time.Second), 1<<32 - 2},
-		{"a sequence carrying into the high half", time.Date(2050, 1, 1, 0, 0, 0, 0, time.UTC), 999_999_999},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			slot, err := idworker.SlotAt(testenv.Name("lua"), tc.at)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { rdb.Del(ctx, slot.Key) })
-			rdb.Set(ctx, slot.Key, tc.start, 0)
-			got, err := script.Run(ctx, rdb, []string{slot.Key}, slot.Hi, slot.Lo).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			id, err := idworker.FromScript(got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := (tc.at.Unix()-idworker.Epoch.Unix())<<32 | (tc.start + 1)
-			if id != want {
-				t.Fatalf("next_id = %d, want %d", id, want)
-			}
-			if at, seq := idworker.Parts(id); !at.Equal(tc.at) || seq != tc.start+1 {
-				t.Fatalf("Parts(%d) = %s, %d", id, at, seq)
-			}
-		})
-	}
-	t.Run("exhausted", func(t *testing.T) {
-		slot, _ := idworker.SlotAt(testenv.Name("lua"), time.Now())
-		t.Cleanup(func() { rdb.Del(ctx, slot.Key) })
-		rdb.Set(ctx, slot.Key, int64(1<<32-1), 0)
-		if _, err := script.Run(ctx, rdb, []string{slot.Key}, slot.Hi, slot.Lo).Result(); !errors.Is(err, redis.Nil) {
-			t.Fatalf("past the 32-bit sequence: %v, want nil (no ID)", err)
-		}
-	})
-}
-
 // Redis loses the day's sequence within the same second (a restart, a
 // flush, a failover): IDs drawn afterwards must not repeat those given out
 // before. Seed restarts the sequence above what the Floor finds in use; the

@@ -32,7 +32,7 @@ import (
 var (
 	//go:embed accept.lua
 	acceptSrc    string
-	acceptScript = redis.NewScript(idworker.LuaNextID + acceptSrc)
+	acceptScript = redis.NewScript(acceptSrc)
 )
 
 // ErrIDsExhausted means the day's 4,294,967,295 order IDs are used up.
@@ -47,48 +47,52 @@ type asyncMode struct{ *Service }
 // step. There is no hold: the stream entry is the record of the unit taken.
 func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, error) {
 	s := m.Service
+	// The ID is drawn first, from the instance's pool (most often without
+	// a round trip), because the script records the order under it; if
+	// the order is not accepted the ID goes back to the pool.
+	id, err := s.pool.Next(ctx)
+	if err != nil {
+		return 0, s.idError(err)
+	}
 	for attempt := 0; ; attempt++ {
-		now := s.now()
-		slot, err := idworker.SlotAt(orderIDPrefix, now)
-		if err != nil {
-			return 0, err
-		}
 		k := stock.KeysOf(voucherID)
 		void := voidKey(voucherID)
-		keys := []string{k.Stock, k.Buyers, slot.Key, StreamKey, PendingKey, AcceptedKey(voucherID), void, QueuedKey(voucherID)}
+		keys := []string{k.Stock, k.Buyers, StreamKey, PendingKey, AcceptedKey(voucherID), void, QueuedKey(voucherID)}
 		start := time.Now()
-		res, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, now.UnixMilli(), slot.Hi, slot.Lo).Slice()
+		code, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, s.now().UnixMilli(), id).Int()
 		s.obs.Stage(StageStock, time.Since(start))
 		if err != nil {
 			// Nothing accepted; or, if only the answer was lost, an order
-			// accepted that the buyer must be told of. Ask.
+			// accepted that the buyer must be told of. Ask. The ID is
+			// not given back: it may be in use.
 			return m.lostAccept(ctx, voucherID, userID, void, err)
 		}
 		// accept.lua answers with take.lua's codes, and one of its own.
-		code, _ := res[0].(int64)
-		switch stock.Result(code) {
-		case stock.Taken:
-			id, err := idworker.FromScript(res[1])
-			if err != nil {
-				return 0, err
-			}
+		res := stock.Result(code)
+		if res == stock.Taken {
 			s.rememberBuyer(voucherID, userID, false)
 			return id, nil
+		}
+		if res != stock.Missing {
+			s.pool.Return(id)
+		}
+		switch res {
 		case stock.SoldOut:
 			s.rememberSoldOut(voucherID)
 			return 0, ErrSoldOut
 		case stock.AlreadyBought:
 			s.rememberBuyer(voucherID, userID, false) // a dead letter may free them
 			return 0, ErrAlreadyOrdered
-		case stock.IDsExhausted:
-			return 0, m.idsExhausted()
 		case acceptVoided:
 			return 0, apperr.Down(errors.New("accept order: declared lost before it ran"))
+		case stock.Missing:
+			if err := s.restore(ctx, voucherID, attempt); err != nil {
+				s.pool.Return(id)
+				return 0, err
+			}
+			continue
 		}
-		// stock.Missing or stock.SequenceMissing.
-		if err := s.restore(ctx, voucherID, attempt, stock.Result(code) == stock.SequenceMissing); err != nil {
-			return 0, err
-		}
+		return 0, fmt.Errorf("accept order: unknown answer %d from the script", code)
 	}
 }
 

@@ -151,7 +151,7 @@ func (s *Service) replay(ctx context.Context, m redis.XMessage) (Replayed, error
 			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", m.ID, err))
 		}
 		if code == replayNoStock {
-			if err := s.restore(ctx, o.VoucherID, attempt, false); err != nil {
+			if err := s.restore(ctx, o.VoucherID, attempt); err != nil {
 				return r, err
 			}
 			continue

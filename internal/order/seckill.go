@@ -61,6 +61,7 @@ type Service struct {
 	stocks   *stock.Store
 	locks    lock.Locker
 	ids      *idworker.Worker
+	pool     *idworker.Pool // order IDs, drawn a block at a time
 	now      func() time.Time
 	log      *slog.Logger
 	cfg      Config
@@ -108,6 +109,7 @@ type mode interface {
 func NewService(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
 	s := &Service{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, locks: locks, ids: ids, now: now, log: log, cfg: cfg,
 		writes: writer{in: make(chan *write), max: max(cfg.GroupCommit, 1)}}
+	s.pool = ids.NewPool(orderIDPrefix, s.seed)
 	s.obs = cfg.Observer
 	if s.obs == nil {
 		s.obs = nobody{}
@@ -196,18 +198,15 @@ func (m syncMode) place(ctx context.Context, voucherID, userID int64) (int64, er
 	return id, nil
 }
 
-// take runs the stock script, which also draws the order's ID, reloading
-// the voucher's stock from MySQL if Redis lost it.
+// take runs the stock script, reloading the voucher's stock from MySQL if
+// Redis lost it, then draws the order's ID: only for the requests that
+// took a unit, so the rejected majority never touches the ID pool.
 func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, error) {
 	s := m.Service
 	for attempt := 0; ; attempt++ {
-		slot, err := idworker.SlotAt(orderIDPrefix, s.now())
-		if err != nil {
-			return 0, err
-		}
 		// Timed with the real clock, not s.now: a latency is not a date.
 		start := time.Now()
-		res, id, err := s.stocks.Take(ctx, voucherID, userID, slot)
+		res, err := s.stocks.Take(ctx, voucherID, userID)
 		s.obs.Stage(StageStock, time.Since(start))
 		if err != nil {
 			// Nothing taken; or, if only the reply was lost, a unit under
@@ -216,6 +215,11 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 		}
 		switch res {
 		case stock.Taken:
+			id, err := s.pool.Next(ctx)
+			if err != nil {
+				m.settleFailure(ctx, voucherID, userID, err)
+				return 0, s.idError(err)
+			}
 			return id, nil
 		case stock.SoldOut:
 			s.rememberSoldOut(voucherID)
@@ -227,14 +231,14 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 			return 0, ErrAlreadyOrdered
 		case stock.AlreadyBuying:
 			return 0, busyRetry() // the other request may yet fail: try again
-		case stock.IDsExhausted:
-			return 0, s.idsExhausted()
+		case stock.Missing:
+			// Redis was flushed or restarted.
+			if err := s.restore(ctx, voucherID, attempt); err != nil {
+				return 0, err
+			}
+			continue
 		}
-		// stock.Missing or stock.SequenceMissing: Redis was flushed or
-		// restarted, or this is the day's first order.
-		if err := s.restore(ctx, voucherID, attempt, res == stock.SequenceMissing); err != nil {
-			return 0, err
-		}
+		return 0, fmt.Errorf("take stock: unknown answer %d from the script", res)
 	}
 }
 
@@ -243,9 +247,13 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 // when all is well, and the lock lasts at most its TTL when it is not.
 func busyRetry() error { return apperr.RetryAfter(ErrBusy, time.Second) }
 
-// idsExhausted is ErrIDsExhausted with a Retry-After until the next UTC
-// day, whose sequence starts afresh.
-func (s *Service) idsExhausted() error {
+// idError is what a request answers when it could not draw an order ID:
+// ErrIDsExhausted with a Retry-After until the next UTC day, whose
+// sequence starts afresh, or Redis being away.
+func (s *Service) idError(err error) error {
+	if !errors.Is(err, idworker.ErrSequenceExhausted) {
+		return apperr.Down(err)
+	}
 	now := s.now().UTC()
 	return apperr.RetryAfter(ErrIDsExhausted, now.Truncate(24*time.Hour).Add(24*time.Hour).Sub(now))
 }
@@ -352,33 +360,26 @@ func (m syncMode) stockAt(ctx context.Context, voucherID int64) (int64, []int64,
 // checks itself.
 func (syncMode) quiet(context.Context, int64) (bool, error) { return true, nil }
 
-// restore puts back what a script found missing in Redis: the day's order
-// ID sequence (seq), or the voucher's stock keys. attempt counts the tries.
-// Four are allowed: a request may find the sequence missing (the day's
-// first order), then, Redis having lost everything meanwhile, the stock,
-// then the sequence again, and only then take its unit. More than that,
-// and Redis is losing its keys faster than they are put back.
-func (s *Service) restore(ctx context.Context, voucherID int64, attempt int, seq bool) error {
+// restore puts back the voucher's stock keys that a script found missing
+// (Redis was flushed or restarted). attempt counts the tries; two are
+// allowed: more than that, and Redis is losing its keys faster than they
+// are put back.
+func (s *Service) restore(ctx context.Context, voucherID int64, attempt int) error {
 	if attempt == maxRestores {
 		return apperr.Down(fmt.Errorf("keys of voucher %d still missing after restoring them", voucherID))
-	}
-	if seq {
-		return s.seed(ctx)
 	}
 	return s.reload(ctx, voucherID)
 }
 
-const maxRestores = 4
+const maxRestores = 2
 
-// seed starts the day's order-ID sequence (idworker.Seed). A thousand
-// requests may find it missing at once (the sweeper seeds each day ahead,
-// so this is rare: a Redis that lost its keys, a first start). Within one
-// instance they share one attempt (alone); across instances the lock makes
-// one of them ask MySQL while the rest wait for it and then find it there.
-// Without the first, a flood's waiters fill the pool and the cap on
-// requests in flight while the one that asks MySQL waits for a connection.
-func (s *Service) seed(ctx context.Context) error {
-	day := s.now()
+// seed starts the day's order-ID sequence (idworker.Seed), for the ID
+// pool when it finds the sequence missing (the sweeper seeds each day
+// ahead, so this is rare: a Redis that lost its keys, a first start). The
+// pool refills one caller at a time, and alone shares an attempt with the
+// sweeper's; across instances the lock makes one of them ask MySQL while
+// the rest wait for it and then find it there.
+func (s *Service) seed(ctx context.Context, day time.Time) error {
 	return s.alone(ctx, "seed:"+idworker.Key(orderIDPrefix, day), func(ctx context.Context) error {
 		lk, err := s.locks.Obtain(ctx, "id-seed:"+orderIDPrefix, s.cfg.LockTTL, lock.Wait())
 		if err != nil {

@@ -3,9 +3,7 @@
 // touching MySQL.
 //
 // Per voucher it keeps three keys, all with the hash tag {v<ID>} so that
-// they live in one Redis Cluster slot and one Lua script may touch them all
-// (take.lua also draws the order ID from idworker's day key, which lives in
-// another slot: on Redis Cluster, draw the ID with a call of its own):
+// they live in one Redis Cluster slot and one Lua script may touch them all:
 //
 //	seckill:{v7}:stock   units left
 //	seckill:{v7}:buyers  users who took a unit (one order per user)
@@ -32,8 +30,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"seckill/internal/idworker"
 )
 
 // Result is what Take decided.
@@ -51,17 +47,12 @@ const (
 	// AlreadyBuying: a request of the user holds a unit; if it fails,
 	// the user may buy again.
 	AlreadyBuying Result = 5
-	// IDsExhausted: the day's order IDs are used up; nothing was taken.
-	IDsExhausted Result = 6
-	// SequenceMissing: the day's ID sequence does not exist; seed it
-	// (idworker.Worker.Seed) and take again. Nothing was taken.
-	SequenceMissing Result = 7
 )
 
 var (
 	//go:embed take.lua
 	takeSrc    string
-	takeScript = redis.NewScript(idworker.LuaNextID + takeSrc)
+	takeScript = redis.NewScript(takeSrc)
 
 	//go:embed giveback.lua
 	givebackSrc    string
@@ -112,23 +103,13 @@ func NewStore(rdb redis.UniversalClient, hold time.Duration) *Store {
 }
 
 // Take takes one unit for user if there is stock and user has not taken
-// one, records a hold, and draws the order's ID from slot, all in one
-// round trip. The ID is returned with Taken.
-func (s *Store) Take(ctx context.Context, voucherID, userID int64, slot idworker.Slot) (Result, int64, error) {
-	k := KeysOf(voucherID)
-	res, err := takeScript.Run(ctx, s.rdb, []string{k.Stock, k.Buyers, k.Holds, slot.Key}, userID, s.hold.Milliseconds(), slot.Hi, slot.Lo).Slice()
+// one, and records a hold, in one round trip.
+func (s *Store) Take(ctx context.Context, voucherID, userID int64) (Result, error) {
+	code, err := takeScript.Run(ctx, s.rdb, KeysOf(voucherID).all(), userID, s.hold.Milliseconds()).Int()
 	if err != nil {
-		return 0, 0, fmt.Errorf("take stock of voucher %d: %w", voucherID, err)
+		return 0, fmt.Errorf("take stock of voucher %d: %w", voucherID, err)
 	}
-	code, _ := res[0].(int64)
-	if Result(code) != Taken {
-		return Result(code), 0, nil
-	}
-	id, err := idworker.FromScript(res[1])
-	if err != nil {
-		return 0, 0, err
-	}
-	return Taken, id, nil
+	return Result(code), nil
 }
 
 // Confirm closes user's hold once the order row is committed, and makes

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"seckill/internal/idworker"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
 )
@@ -30,44 +29,6 @@ func newVoucher(t *testing.T, s *stock.Store, n int64) int64 {
 	return id
 }
 
-// slot returns a fresh ID sequence, seeded (scripts never start one).
-func slot(t *testing.T) idworker.Slot {
-	t.Helper()
-	s := unseeded(t)
-	if err := testenv.Redis(t, 0).Set(context.Background(), s.Key, 0, time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func unseeded(t *testing.T) idworker.Slot {
-	t.Helper()
-	s, err := idworker.SlotAt(testenv.Name("stocktest"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testenv.Redis(t, 0).Del(context.Background(), s.Key) })
-	return s
-}
-
-// A missing ID sequence takes nothing: INCR would restart it at 1 and
-// repeat IDs (see idworker.Seed).
-func TestTakeRefusesMissingSequence(t *testing.T) {
-	rdb := testenv.Redis(t, 0)
-	s := stock.NewStore(rdb, time.Minute)
-	id := newVoucher(t, s, 5)
-	sl := unseeded(t)
-	if res, _, err := s.Take(context.Background(), id, 1, sl); err != nil || res != stock.SequenceMissing {
-		t.Fatalf("take: %v %v, want SequenceMissing", res, err)
-	}
-	if n := left(t, s, id); n != 5 {
-		t.Fatalf("%d left, want 5: nothing taken", n)
-	}
-	if n := rdb.Exists(context.Background(), sl.Key).Val(); n != 0 {
-		t.Fatal("the script created the sequence")
-	}
-}
-
 func left(t *testing.T, s *stock.Store, id int64) int64 {
 	t.Helper()
 	n, ok, err := s.Left(context.Background(), id)
@@ -77,29 +38,28 @@ func left(t *testing.T, s *stock.Store, id int64) int64 {
 	return n
 }
 
-// 300 users rush 50 units at once: exactly 50 are taken, each by a
-// different user, each with its own order ID, and nothing is left.
+// 300 users rush 50 units at once, each twice: exactly 50 are taken, each
+// by a different user, and nothing is left.
 func TestTakeNeverOversells(t *testing.T) {
 	s := stock.NewStore(testenv.Redis(t, 0), time.Minute)
 	id := newVoucher(t, s, 50)
-	sl := slot(t)
 	var taken atomic.Int64
-	ids := sync.Map{}
+	buyers := sync.Map{}
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for user := range int64(300) {
 		wg.Go(func() {
 			<-gate
 			for range 2 { // each user tries twice
-				res, oid, err := s.Take(context.Background(), id, user+1, sl)
+				res, err := s.Take(context.Background(), id, user+1)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				if res == stock.Taken {
 					taken.Add(1)
-					if _, dup := ids.LoadOrStore(oid, user); dup {
-						t.Errorf("order ID %d drawn twice", oid)
+					if _, dup := buyers.LoadOrStore(user, true); dup {
+						t.Errorf("user %d took two units", user+1)
 					}
 				}
 			}
@@ -119,12 +79,11 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	s := stock.NewStore(testenv.Redis(t, 0), time.Minute)
 	id := newVoucher(t, s, 3)
-	sl := slot(t)
 
-	if res, _, _ := s.Take(ctx, id, 1, sl); res != stock.Taken {
+	if res, _ := s.Take(ctx, id, 1); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
-	if res, _, _ := s.Take(ctx, id, 1, sl); res != stock.AlreadyBuying {
+	if res, _ := s.Take(ctx, id, 1); res != stock.AlreadyBuying {
 		t.Fatalf("second take while the first holds its unit: %v, want AlreadyBuying", res)
 	}
 	for i, want := range []bool{true, false, false} {
@@ -137,7 +96,7 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 		t.Fatalf("left %d after giving back, want 3", n)
 	}
 
-	if res, _, _ := s.Take(ctx, id, 2, sl); res != stock.Taken {
+	if res, _ := s.Take(ctx, id, 2); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
 	if open, err := s.Confirm(ctx, id, 2); err != nil || !open {
@@ -146,7 +105,7 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 	if back, _ := s.GiveBack(ctx, id, 2, true); back {
 		t.Fatal("a confirmed hold gave its unit back")
 	}
-	if res, _, _ := s.Take(ctx, id, 2, sl); res != stock.AlreadyBought {
+	if res, _ := s.Take(ctx, id, 2); res != stock.AlreadyBought {
 		t.Fatalf("take after confirm: %v, want AlreadyBought", res)
 	}
 	if n := left(t, s, id); n != 2 {
@@ -160,7 +119,7 @@ func TestReclaimOnlyExpired(t *testing.T) {
 	ctx := context.Background()
 	s := stock.NewStore(testenv.Redis(t, 0), 300*time.Millisecond)
 	id := newVoucher(t, s, 1)
-	if res, _, _ := s.Take(ctx, id, 7, slot(t)); res != stock.Taken {
+	if res, _ := s.Take(ctx, id, 7); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
 	if got, _ := s.Expired(ctx, id, 10); len(got) != 0 {
@@ -211,7 +170,7 @@ func TestReconcile(t *testing.T) {
 		t.Fatalf("count moved meanwhile: fixed %v, left %d", fixed, left(t, s, id))
 	}
 	// An open hold: not a quiet moment.
-	s.Take(ctx, id, 1, slot(t))
+	s.Take(ctx, id, 1)
 	if fixed, _ := s.Reconcile(ctx, id, truth(3)); fixed {
 		t.Fatal("reconciled with a hold open")
 	}
@@ -229,7 +188,7 @@ func TestLoadOnlyWhenMissing(t *testing.T) {
 	id := newVoucher(t, s, 5)
 	k := stock.KeysOf(id)
 	rdb.Del(ctx, k.Stock, k.Buyers)
-	if res, _, _ := s.Take(ctx, id, 1, slot(t)); res != stock.Missing {
+	if res, _ := s.Take(ctx, id, 1); res != stock.Missing {
 		t.Fatalf("take with the key lost: %v, want Missing", res)
 	}
 	if loaded, err := s.Load(ctx, id, 3, []int64{1, 2}); err != nil || !loaded {
@@ -238,7 +197,7 @@ func TestLoadOnlyWhenMissing(t *testing.T) {
 	if loaded, _ := s.Load(ctx, id, 99, nil); loaded {
 		t.Fatal("loaded over an existing key")
 	}
-	if res, _, _ := s.Take(ctx, id, 2, slot(t)); res != stock.AlreadyBought {
+	if res, _ := s.Take(ctx, id, 2); res != stock.AlreadyBought {
 		t.Fatalf("a loaded buyer: %v, want AlreadyBought", res)
 	}
 	if n := left(t, s, id); n != 3 {
@@ -253,7 +212,7 @@ func TestForgetLetsKeysExpire(t *testing.T) {
 	ctx := context.Background()
 	s := stock.NewStore(rdb, time.Minute)
 	id := newVoucher(t, s, 3)
-	if res, _, err := s.Take(ctx, id, 1, slot(t)); err != nil || res != stock.Taken {
+	if res, err := s.Take(ctx, id, 1); err != nil || res != stock.Taken {
 		t.Fatalf("take: %v %v", res, err)
 	}
 	extra := stock.KeyOf(id, "accepted")

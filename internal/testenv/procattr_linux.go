@@ -12,3 +12,9 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// stop and cont freeze and thaw a process (SIGSTOP, SIGCONT): a server
+// that stops answering without closing its connections, as a stalled
+// machine would.
+func (p *process) stop() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+func (p *process) cont() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
