@@ -135,11 +135,16 @@ grep -q '^order unreadable' "$WORK/all.out" && fail "a 200 without a readable or
 
 # --- the sale at rest ----------------------------------------------------------
 log "waiting for Redis and MySQL to agree (holds closed, same stock)"
+# The voucher's keys carry its shard's hash tag (internal/stock/shard.go):
+# find the prefix rather than compute the tag here.
+vkey=$(rcli --scan --pattern "seckill:{*}:v$vid:stock" | head -1)
+vkey=${vkey%stock}
+[[ -n $vkey ]] || fail "no stock key of voucher $vid in Redis"
 for i in $(seq 600); do
 	left=$(sql "SELECT stock FROM vouchers WHERE id = $vid")
-	redis_left=$(rcli GET "seckill:{v$vid}:stock")
-	holds=$(rcli ZCARD "seckill:{v$vid}:holds")
-	queued=$(rcli GET "seckill:{v$vid}:queued")
+	redis_left=$(rcli GET "${vkey}stock")
+	holds=$(rcli ZCARD "${vkey}holds")
+	queued=$(rcli GET "${vkey}queued")
 	[[ $redis_left == "$left" && $holds == 0 && ${queued:-0} == 0 ]] && break
 	((i < 600)) || fail "after 60 s: MySQL stock $left, Redis stock $redis_left, holds $holds, queued ${queued:-0}"
 	sleep 0.1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"seckill/internal/order"
+	"seckill/internal/stock"
 	"seckill/internal/testenv"
 	"seckill/internal/testenv/faultproxy"
 )
@@ -34,11 +37,11 @@ func waitWritten(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid strin
 				missing++
 			}
 		}
-		lag := rdb.XLen(context.Background(), "seckill:orders").Val()
-		pending, _ := rdb.XPending(context.Background(), "seckill:orders", "persist").Result()
+		lag := rdb.XLen(context.Background(), streamOf(vid)).Val()
+		pending, _ := rdb.XPending(context.Background(), streamOf(vid), order.GroupName).Result()
 		// The voucher's count of queued orders (what reconciliation
 		// waits on) must come back to zero with them.
-		queued, _ := rdb.Get(context.Background(), "seckill:{v"+vid+"}:queued").Int64()
+		queued, _ := rdb.Get(context.Background(), voucherKey(vid, "queued")).Int64()
 		if missing == 0 && (pending == nil || pending.Count == 0) && queued == 0 {
 			return s
 		}
@@ -144,7 +147,7 @@ func TestAsyncSIGKILLLosesNothing(t *testing.T) {
 		t.Fatalf("%d of %d accepted", len(won), len(users))
 	}
 	waitFor(t, 5*time.Second, "the victim's consumer to hold entries", func() bool {
-		p, err := rdb.XPending(context.Background(), "seckill:orders", "persist").Result()
+		p, err := rdb.XPending(context.Background(), streamOf(vid), order.GroupName).Result()
 		return err == nil && p.Count > 0
 	})
 	victim.cmd.Process.Signal(syscall.SIGKILL)
@@ -214,7 +217,7 @@ func TestAsyncFailuresRetriedAndDeadLettered(t *testing.T) {
 	db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
 
 	// A poison entry: no order can be made of it.
-	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "seckill:orders", Values: map[string]any{"id": "x", "user": "1"}}).Err(); err != nil {
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: streamOf(vid), Values: map[string]any{"id": "x", "user": "1"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Hold the voucher's row lock: every write waits 1s, then fails.
@@ -271,7 +274,7 @@ func TestAsyncReloadCountsQueuedOrders(t *testing.T) {
 	if n := len(l.wins(t)); n != 20 {
 		t.Fatalf("%d of 20 accepted", n)
 	}
-	keys := []string{"seckill:{v" + vid + "}:stock", "seckill:{v" + vid + "}:buyers"}
+	keys := []string{voucherKey(vid, "stock"), voucherKey(vid, "buyers")}
 	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -455,4 +458,16 @@ func TestAsyncDeadLetterSettledAndReplayed(t *testing.T) {
 		t.Errorf("replaying it again: %s, want not_found", r.Raw)
 	}
 	waitRest(t, db, rdb, vid, 5*time.Second)
+}
+
+// streamOf names the orders stream of voucher vid's shard.
+func streamOf(vid string) string {
+	id, _ := strconv.ParseInt(vid, 10, 64)
+	return order.StreamKey(stock.ShardOf(id))
+}
+
+// voucherKey names voucher vid's key name (stock.KeyOf).
+func voucherKey(vid, name string) string {
+	id, _ := strconv.ParseInt(vid, 10, 64)
+	return stock.KeyOf(id, name)
 }

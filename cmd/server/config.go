@@ -201,12 +201,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.Redis.Cluster && c.RedisDB != 0 {
 		errs = append(errs, fmt.Errorf("REDIS_DB=%d, but a Redis Cluster has only database 0", c.RedisDB))
 	}
-	if c.Redis.Cluster && c.Mode == "async" {
-		// accept.lua appends to one stream for every voucher, a key of
-		// another slot than the voucher's: on a Cluster that is a
-		// CROSSSLOT error on every order.
-		errs = append(errs, errors.New("SECKILL_MODE=async does not run on a Redis Cluster yet (its order stream is one key for every voucher); use sync mode, or one Redis or Sentinel"))
-	}
 	if c.Mode != "sync" && c.Mode != "async" {
 		errs = append(errs, fmt.Errorf("SECKILL_MODE must be sync or async, not %q", c.Mode))
 	}

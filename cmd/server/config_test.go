@@ -98,15 +98,14 @@ func TestLoadConfig(t *testing.T) {
 		{"trusted proxy with a zone", with(real, "TRUSTED_PROXIES", "fe80::1%eth0"), `TRUSTED_PROXIES: "fe80::1%eth0" is neither`},
 		{"every IPv4 peer trusted", with(real, "TRUSTED_PROXIES", "0.0.0.0/0"), `TRUSTED_PROXIES: "0.0.0.0/0" trusts every peer`},
 		{"every IPv6 peer trusted", with(real, "TRUSTED_PROXIES", "10.0.0.1,::/0"), `TRUSTED_PROXIES: "::/0" trusts every peer`},
-		// Where Redis is: one node, Sentinel, or a Cluster (sync mode,
-		// database 0).
+		// Where Redis is: one node, Sentinel, or a Cluster (database 0).
 		{"sentinel", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:26379,10.0.0.2:26379", "REDIS_MASTER_NAME", "m"), ""},
 		{"one node in REDIS_ADDRS", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379"), ""},
 		{"REDIS_ADDRS alone is the real stack", with(real, "REDIS_ADDR", "", "MYSQL_DSN", "", "REDIS_ADDRS", "10.0.0.1:6379"), "set both MYSQL_DSN and REDIS_ADDR (or REDIS_ADDRS)"},
 		{"REDIS_ADDR and REDIS_ADDRS", with(real, "REDIS_ADDRS", "10.0.0.1:6379"), "not both"},
 		{"a cluster", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379"), ""},
 		{"a cluster's database 1", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379", "REDIS_DB", "1"), "a Redis Cluster has only database 0"},
-		{"async on a cluster", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379", "SECKILL_MODE", "async"), "SECKILL_MODE=async does not run on a Redis Cluster yet"},
+		{"async on a cluster", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379", "SECKILL_MODE", "async"), ""},
 		{"a master name without sentinels", with(real, "REDIS_MASTER_NAME", "m"), "REDIS_MASTER_NAME needs REDIS_ADDRS"},
 		{"a Redis address without a port", with(real, "REDIS_ADDR", "", "REDIS_ADDRS", "10.0.0.1", "REDIS_MASTER_NAME", "m"), `Redis address "10.0.0.1" is not host:port`},
 		{"a Redis CA file that is not there", with(real, "REDIS_TLS", "true", "REDIS_TLS_CA", "/nonexistent/ca.pem"), "REDIS_TLS_CA: open /nonexistent/ca.pem"},

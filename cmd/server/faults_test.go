@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/order"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
 	"seckill/internal/testenv/faultproxy"
@@ -138,7 +139,7 @@ var faultCases = []faultCase{
 		// or 7 keys and 4 arguments (accept).
 		evalsha := faultproxy.RedisCommand("EVALSHA")
 		fired := r.rd.DropReplyAfter(func(chunk []byte) bool {
-			return evalsha(chunk) && bytes.Contains(chunk, []byte("}:stock\r\n")) &&
+			return evalsha(chunk) && bytes.Contains(chunk, []byte(":stock\r\n")) &&
 				(bytes.HasPrefix(chunk, []byte("*8\r\n")) || bytes.HasPrefix(chunk, []byte("*14\r\n")))
 		})
 		select {
@@ -303,8 +304,8 @@ func waitSettled(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid, mode
 	if mode == "async" {
 		deadline := time.Now().Add(within)
 		for {
-			pending, err := rdb.XPending(context.Background(), "seckill:orders", "persist").Result()
-			info, _ := rdb.XInfoGroups(context.Background(), "seckill:orders").Result()
+			pending, err := rdb.XPending(context.Background(), streamOf(vid), order.GroupName).Result()
+			info, _ := rdb.XInfoGroups(context.Background(), streamOf(vid)).Result()
 			lag := int64(0)
 			for _, g := range info {
 				lag = g.Lag

@@ -262,7 +262,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.expect(400, "invalid_argument", "POST", "/admin/dead-letters/replay", admin, map[string]any{"all": true}, nil, valid)
 	async := contract{t: t, base: start(t, st.env(freeAddr(t), "SECKILL_MODE", "async")).Base, router: router}
 	async.expect(200, "", "POST", "/admin/dead-letters/replay", admin, map[string]any{"all": true}, nil, valid)
-	_, r := async.expect(200, "", "POST", "/admin/dead-letters/replay", admin, map[string]any{"ids": []string{"1-0"}}, nil, valid)
+	_, r := async.expect(200, "", "POST", "/admin/dead-letters/replay", admin, map[string]any{"ids": []string{"1:1-0"}}, nil, valid)
 	if rs, _ := r["replayed"].([]any); len(rs) != 1 {
 		t.Errorf("replay of one unknown ID: %v", r)
 	}

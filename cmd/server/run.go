@@ -122,8 +122,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer stopDrain()
 	var bg sync.WaitGroup
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
-	if app.consumer != nil {
-		bg.Go(func() { app.consumer.Run(bgCtx, drainCtx) })
+	if app.consumers != nil {
+		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })
 	} else {
 		for range order.Writers {
 			bg.Go(func() { app.orders.RunWriter(bgCtx) })
@@ -331,12 +331,12 @@ func (st *stores) ping(ctx context.Context) error {
 
 // app is the wired service.
 type app struct {
-	router   *gin.Engine
-	vouchers *voucher.Service
-	orders   *order.Service
-	consumer *queue.Consumer // async mode only
-	auth     *auth.Service
-	metrics  *metrics.Metrics
+	router    *gin.Engine
+	vouchers  *voucher.Service
+	orders    *order.Service
+	consumers []*queue.Consumer // async mode only: one per shard
+	auth      *auth.Service
+	metrics   *metrics.Metrics
 }
 
 func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
@@ -425,7 +425,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
 		qcfg.Observer = m
 		m.WatchQueue(orders.QueueStats)
-		a.consumer = queue.New(st.db, st.rdb, now, qcfg, log)
+		a.consumers = queue.NewShards(st.db, st.rdb, now, qcfg, log)
 	}
 	return a, nil
 }

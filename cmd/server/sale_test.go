@@ -167,7 +167,7 @@ func TestMySQLFailsAfterRedisTookStock(t *testing.T) {
 	if s.RedisStock != initial || s.Holds != 0 || len(s.Orders) != 0 {
 		t.Fatalf("after the failures: redis stock %d (want %d), holds %d, orders %d", s.RedisStock, initial, s.Holds, len(s.Orders))
 	}
-	if n := rdb.SCard(context.Background(), "seckill:{v"+vid+"}:buyers").Val(); n != 0 {
+	if n := rdb.SCard(context.Background(), voucherKey(vid, "buyers")).Val(); n != 0 {
 		t.Errorf("%d users still remembered as buyers after failing", n)
 	}
 

@@ -25,9 +25,9 @@ import (
 // batches. A 200 then promises that the order is in Redis, as durable as
 // Redis is (run it with an append-only file), and in MySQL within moments.
 //
-// The stream is one for all vouchers, so the accept script touches keys of
-// several vouchers' slots: on Redis Cluster, shard it per voucher with the
-// voucher's hash tag.
+// There is a stream per shard (stock.Shards), and a voucher's orders go to
+// its shard's, which shares the voucher's hash tag: the accept script
+// touches one Redis Cluster slot.
 
 var (
 	//go:embed accept.lua
@@ -57,7 +57,8 @@ func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, e
 	for attempt := 0; ; attempt++ {
 		k := stock.KeysOf(voucherID)
 		void := voidKey(voucherID)
-		keys := []string{k.Stock, k.Buyers, StreamKey, PendingKey, AcceptedKey(voucherID), void, QueuedKey(voucherID)}
+		shard := stock.ShardOf(voucherID)
+		keys := []string{k.Stock, k.Buyers, StreamKey(shard), PendingKey(shard), AcceptedKey(voucherID), void, QueuedKey(voucherID)}
 		start := time.Now()
 		code, err := acceptScript.Run(ctx, s.rdb, keys, userID, voucherID, s.now().UnixMilli(), id).Int()
 		s.obs.Stage(StageStock, time.Since(start))
@@ -150,15 +151,16 @@ func (m asyncMode) lostAccept(ctx context.Context, voucherID, userID int64, void
 	}
 }
 
-// stillPending keeps the order IDs whose marker still says pending.
-func (s *Service) stillPending(ctx context.Context, ids []int64) ([]int64, error) {
+// stillPending keeps the order IDs of shard whose marker still says
+// pending.
+func (s *Service) stillPending(ctx context.Context, shard int, ids []int64) ([]int64, error) {
 	var out []int64
 	for chunk := range slices.Chunk(ids, 1000) {
 		fields := make([]string, len(chunk))
 		for i, id := range chunk {
 			fields[i] = strconv.FormatInt(id, 10)
 		}
-		vals, err := s.rdb.HMGet(ctx, PendingKey, fields...).Result()
+		vals, err := s.rdb.HMGet(ctx, PendingKey(shard), fields...).Result()
 		if err != nil {
 			return nil, fmt.Errorf("read pending markers: %w", err)
 		}
@@ -193,15 +195,26 @@ func parsePending(v string) (pending, bool) {
 	return pending{UserID: u, VoucherID: vid, At: time.UnixMilli(ms).UTC(), Status: f[3]}, true
 }
 
-// accepted looks an order up among the accepted ones not yet in MySQL.
+// accepted looks an order up among the accepted ones not yet in MySQL,
+// in every shard: the ID does not tell the voucher.
 func (m asyncMode) accepted(ctx context.Context, id int64) (*Order, error) {
 	s := m.Service
-	v, err := s.rdb.HGet(ctx, PendingKey, strconv.FormatInt(id, 10)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+	pipe := s.rdb.Pipeline()
+	found := make([]*redis.StringCmd, stock.Shards)
+	for k := range found {
+		found[k] = pipe.HGet(ctx, PendingKey(k), strconv.FormatInt(id, 10))
 	}
-	if err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("find pending order %d: %w", id, err)
+	}
+	v := ""
+	for _, f := range found {
+		if f.Err() == nil {
+			v = f.Val()
+		}
+	}
+	if v == "" {
+		return nil, nil
 	}
 	p, ok := parsePending(v)
 	if !ok {
@@ -224,7 +237,8 @@ func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (left int64, bu
 	s := m.Service
 	var ids []int64
 	users := map[int64]int64{} // order ID -> user
-	err = eachEntry(ctx, s.rdb, StreamKey, func(m redis.XMessage) {
+	shard := stock.ShardOf(voucherID)
+	err = eachEntry(ctx, s.rdb, StreamKey(shard), func(m redis.XMessage) {
 		o, err := ParseEntry(m)
 		if err == nil && o.VoucherID == voucherID {
 			ids = append(ids, o.ID)
@@ -236,7 +250,7 @@ func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (left int64, bu
 	}
 	// A dead-lettered entry stays in the stream until trimmed, but its
 	// order will never be written: only entries still marked pending count.
-	ids, err = s.stillPending(ctx, ids)
+	ids, err = s.stillPending(ctx, shard, ids)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -263,7 +277,7 @@ func (m asyncMode) quiet(ctx context.Context, voucherID int64) (bool, error) {
 	s := m.Service
 	pipe := s.rdb.Pipeline()
 	queued := pipe.Get(ctx, QueuedKey(voucherID))
-	length := pipe.XLen(ctx, StreamKey)
+	length := pipe.XLen(ctx, StreamKey(stock.ShardOf(voucherID)))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
@@ -273,7 +287,7 @@ func (m asyncMode) quiet(ctx context.Context, voucherID int64) (bool, error) {
 	if length.Val() == 0 {
 		return true, nil
 	}
-	groups, err := s.rdb.XInfoGroups(ctx, StreamKey).Result()
+	groups, err := s.rdb.XInfoGroups(ctx, StreamKey(stock.ShardOf(voucherID))).Result()
 	if err != nil {
 		return false, err
 	}
@@ -306,7 +320,11 @@ func IDFloor(db *gorm.DB, rdb redis.UniversalClient) idworker.Floor {
 		if err != nil {
 			return 0, fmt.Errorf("highest order ID in MySQL: %w", err)
 		}
-		for _, key := range []string{StreamKey, DeadKey} {
+		var keys []string
+		for k := range stock.Shards {
+			keys = append(keys, StreamKey(k), DeadKey(k))
+		}
+		for _, key := range keys {
 			err := eachEntry(ctx, rdb, key, func(m redis.XMessage) {
 				str, _ := m.Values["id"].(string)
 				if id, err := strconv.ParseInt(str, 10, 64); err == nil && id >= lo && id < hi {

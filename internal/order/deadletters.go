@@ -5,6 +5,9 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,30 +37,84 @@ var (
 
 // DeadLetter is an accepted order MySQL would not take.
 type DeadLetter struct {
-	ID        string `json:"id"` // the dead letter's own ID, for replay
+	ID        string `json:"id"` // the dead letter's own ID, for replay (see deadLetterID)
 	OrderID   string `json:"order_id"`
 	UserID    string `json:"user_id"`
 	VoucherID string `json:"voucher_id"`
 	Error     string `json:"error"`
 }
 
-func deadLetterOf(m redis.XMessage) DeadLetter {
-	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	return DeadLetter{ID: m.ID, OrderID: str("id"), UserID: str("user"), VoucherID: str("voucher"), Error: str("error")}
+// deadLetter is a dead letter as read: its shard and its entry there.
+type deadLetter struct {
+	shard int
+	redis.XMessage
+}
+
+func (d deadLetter) public() DeadLetter {
+	str := func(k string) string { s, _ := d.Values[k].(string); return s }
+	return DeadLetter{ID: deadLetterID(d.shard, d.ID), OrderID: str("id"), UserID: str("user"), VoucherID: str("voucher"), Error: str("error")}
+}
+
+// deadLetterID names a dead letter: its shard's dead letters hold it
+// under a stream entry ID, unique only within the shard, so the shard
+// comes first: "3:1700000000000-0".
+func deadLetterID(shard int, entry string) string { return strconv.Itoa(shard) + ":" + entry }
+
+var deadLetterIDPattern = regexp.MustCompile(`^([0-9]{1,2}):([0-9]{1,20}-[0-9]{1,20})$`)
+
+// parseDeadLetterID undoes deadLetterID.
+func parseDeadLetterID(id string) (shard int, entry string, ok bool) {
+	m := deadLetterIDPattern.FindStringSubmatch(id)
+	if m == nil {
+		return 0, "", false
+	}
+	shard, _ = strconv.Atoi(m[1])
+	return shard, m[2], shard < stock.Shards
+}
+
+// compareEntryIDs orders dead letter IDs by their entries' time (then
+// sequence, then shard): oldest first.
+func compareEntryIDs(a, b string) int {
+	key := func(id string) []uint64 {
+		shard, entry, _ := parseDeadLetterID(id)
+		ms, seq, _ := strings.Cut(entry, "-")
+		m, _ := strconv.ParseUint(ms, 10, 64)
+		q, _ := strconv.ParseUint(seq, 10, 64)
+		return []uint64{m, q, uint64(shard)}
+	}
+	return slices.Compare(key(a), key(b))
 }
 
 // MaxDeadLetters is the most dead letters listed or replayed in one call.
 const MaxDeadLetters = 1000
 
+// oldestDead reads up to limit dead letters of every shard, oldest first.
+func (s *Service) oldestDead(ctx context.Context, limit int) ([]deadLetter, error) {
+	var all []deadLetter
+	for k := range stock.Shards {
+		msgs, err := s.rdb.XRangeN(ctx, DeadKey(k), "-", "+", int64(limit)).Result()
+		if err != nil {
+			return nil, apperr.Down(fmt.Errorf("list dead letters: %w", err))
+		}
+		for _, m := range msgs {
+			all = append(all, deadLetter{k, m})
+		}
+	}
+	slices.SortFunc(all, func(a, b deadLetter) int {
+		return compareEntryIDs(deadLetterID(a.shard, a.ID), deadLetterID(b.shard, b.ID))
+	})
+	return all[:min(len(all), limit)], nil
+}
+
 // DeadLetters lists up to limit dead letters, oldest first.
 func (s *Service) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
-	msgs, err := s.rdb.XRangeN(ctx, DeadKey, "-", "+", int64(min(max(limit, 1), MaxDeadLetters))).Result()
+	dead, err := s.oldestDead(ctx, min(max(limit, 1), MaxDeadLetters))
 	if err != nil {
-		return nil, apperr.Down(fmt.Errorf("list dead letters: %w", err))
+		return nil, err
 	}
-	out := make([]DeadLetter, 0, len(msgs))
-	for _, m := range msgs {
-		out = append(out, deadLetterOf(m))
+	out := make([]DeadLetter, 0, len(dead))
+	for _, d := range dead {
+		out = append(out, d.public())
 	}
 	return out, nil
 }
@@ -79,8 +136,6 @@ type ReplayInput struct {
 	All bool     `json:"all"`
 }
 
-var streamID = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
-
 // Replay puts the dead letters named by in back in the queue (with all,
 // the oldest MaxDeadLetters).
 func (s *Service) Replay(ctx context.Context, in ReplayInput) ([]Replayed, error) {
@@ -91,8 +146,8 @@ func (s *Service) Replay(ctx context.Context, in ReplayInput) ([]Replayed, error
 		return nil, apperr.Invalid(fmt.Sprintf("at most %d ids at once", MaxDeadLetters))
 	}
 	for _, id := range in.IDs {
-		if !streamID.MatchString(id) {
-			return nil, apperr.Invalid(fmt.Sprintf("%q is not a dead letter ID (such as 1700000000000-0)", id))
+		if _, _, ok := parseDeadLetterID(id); !ok {
+			return nil, apperr.Invalid(fmt.Sprintf("%q is not a dead letter ID (such as 3:1700000000000-0, as GET /admin/dead-letters lists them)", id))
 		}
 	}
 	// A replayed order goes back on the stream, and in sync mode no
@@ -101,17 +156,17 @@ func (s *Service) Replay(ctx context.Context, in ReplayInput) ([]Replayed, error
 	if _, async := s.mode.(asyncMode); !async {
 		return nil, apperr.Invalid("replay needs SECKILL_MODE=async: in sync mode nothing writes the orders it would queue")
 	}
-	ids := in.IDs
-	var msgs []redis.XMessage
-	if len(ids) == 0 {
+	var dead []deadLetter
+	if in.All {
 		var err error
-		if msgs, err = s.rdb.XRangeN(ctx, DeadKey, "-", "+", MaxDeadLetters).Result(); err != nil {
-			return nil, apperr.Down(fmt.Errorf("list dead letters: %w", err))
+		if dead, err = s.oldestDead(ctx, MaxDeadLetters); err != nil {
+			return nil, err
 		}
 	}
 	out := []Replayed{}
-	for _, id := range ids {
-		found, err := s.rdb.XRangeN(ctx, DeadKey, id, id, 1).Result()
+	for _, id := range in.IDs {
+		shard, entry, _ := parseDeadLetterID(id)
+		found, err := s.rdb.XRangeN(ctx, DeadKey(shard), entry, entry, 1).Result()
 		if err != nil {
 			return nil, apperr.Down(fmt.Errorf("read dead letter %s: %w", id, err))
 		}
@@ -119,10 +174,10 @@ func (s *Service) Replay(ctx context.Context, in ReplayInput) ([]Replayed, error
 			out = append(out, Replayed{ID: id, Result: "not_found"})
 			continue
 		}
-		msgs = append(msgs, found[0])
+		dead = append(dead, deadLetter{shard, found[0]})
 	}
-	for _, m := range msgs {
-		r, err := s.replay(ctx, m)
+	for _, d := range dead {
+		r, err := s.replay(ctx, d)
 		if err != nil {
 			return nil, err
 		}
@@ -136,19 +191,20 @@ const replayNoStock = 3 // the voucher's stock key is missing: reload it
 
 var replayResults = map[int]string{0: "requeued", 1: "sold_out", 2: "already_ordered", 4: "not_found"}
 
-func (s *Service) replay(ctx context.Context, m redis.XMessage) (Replayed, error) {
-	r := Replayed{ID: m.ID, OrderID: deadLetterOf(m).OrderID}
-	o, err := ParseEntry(m)
-	if err != nil {
+func (s *Service) replay(ctx context.Context, d deadLetter) (Replayed, error) {
+	pub := d.public()
+	r := Replayed{ID: pub.ID, OrderID: pub.OrderID}
+	o, err := ParseEntry(d.XMessage)
+	if err != nil || stock.ShardOf(o.VoucherID) != d.shard {
 		r.Result = "malformed"
 		return r, nil
 	}
 	k := stock.KeysOf(o.VoucherID)
-	keys := []string{DeadKey, StreamKey, PendingKey, k.Stock, k.Buyers, AcceptedKey(o.VoucherID), QueuedKey(o.VoucherID)}
+	keys := []string{DeadKey(d.shard), StreamKey(d.shard), PendingKey(d.shard), k.Stock, k.Buyers, AcceptedKey(o.VoucherID), QueuedKey(o.VoucherID)}
 	for attempt := 0; ; attempt++ {
-		code, err := replayScript.Run(ctx, s.rdb, keys, m.ID, o.ID, o.UserID, o.VoucherID, o.CreatedAt.UnixMilli()).Int()
+		code, err := replayScript.Run(ctx, s.rdb, keys, d.ID, o.ID, o.UserID, o.VoucherID, o.CreatedAt.UnixMilli()).Int()
 		if err != nil {
-			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", m.ID, err))
+			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", pub.ID, err))
 		}
 		if code == replayNoStock {
 			if err := s.restore(ctx, o.VoucherID, attempt); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"seckill/internal/stock"
 	"seckill/internal/testenv"
 )
 
@@ -55,7 +56,8 @@ func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := asyncMode{&Service{rdb: rdb}}
-	const v, other = 7, 8
+	// Two vouchers of one shard: their orders share a stream.
+	const v, other = 7, 7 + stock.Shards
 	quiet := func(want bool, when string) {
 		t.Helper()
 		got, err := m.quiet(ctx, v)
@@ -67,10 +69,10 @@ func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
 	rdb.Incr(ctx, QueuedKey(v))
 	quiet(false, "one order of the voucher queued")
 	rdb.Decr(ctx, QueuedKey(v))
-	rdb.XAdd(ctx, &redis.XAddArgs{Stream: StreamKey, Values: map[string]any{"id": "1", "voucher": other}})
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: StreamKey(stock.ShardOf(v)), Values: map[string]any{"id": "1", "voucher": other}})
 	rdb.Incr(ctx, QueuedKey(other))
 	quiet(false, "entries in a stream without its group")
-	if err := rdb.XGroupCreate(ctx, StreamKey, GroupName, "0").Err(); err != nil {
+	if err := rdb.XGroupCreate(ctx, StreamKey(stock.ShardOf(v)), GroupName, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	quiet(true, "only another voucher's order queued")

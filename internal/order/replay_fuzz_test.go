@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
 	"seckill/internal/apperr"
+	"seckill/internal/stock"
 	"seckill/internal/testenv"
 	"seckill/internal/web"
 )
@@ -26,29 +29,35 @@ import (
 //
 // It asserts: never a panic, never another 5xx; a body is taken exactly
 // when it is one JSON object of ReplayInput's shape that gives either
-// "all": true or 1 to MaxDeadLetters "ids", each a stream entry ID
-// (digits-digits, at most 20 digits each, nothing around them); every
+// "all": true or 1 to MaxDeadLetters "ids", each a dead letter ID (a
+// shard below stock.Shards in one or two digits, a colon, and a stream
+// entry ID: digits-digits, at most 20 digits each, nothing around them); every
 // other body gets 400 (413 past the body limit) invalid_argument in the
 // contract's envelope.
 func FuzzReplayInput(f *testing.F) {
 	for _, seed := range []string{
+		`{"ids":["3:1700000000000-0"]}`,
+		`{"ids":["3:1700000000000-0","15:1700000000000-1"]}`,
+		`{"ids":["0:18446744073709551615-18446744073709551615"]}`,
+		`{"ids":["1:123456789012345678901-0"]}`,
 		`{"ids":["1700000000000-0"]}`,
-		`{"ids":["1700000000000-0","1700000000000-1"]}`,
-		`{"ids":["18446744073709551615-18446744073709551615"]}`,
-		`{"ids":["123456789012345678901-0"]}`,
+		`{"ids":["16:1700000000000-0"]}`,
+		`{"ids":["03:1-0"]}`,
+		`{"ids":["123:1-0"]}`,
+		`{"ids":[":1-0"]}`,
 		`{"all":true}`,
 		`{"all":false}`,
-		`{"all":true,"ids":["1700000000000-0"]}`,
+		`{"all":true,"ids":["3:1700000000000-0"]}`,
 		`{"ids":[]}`,
 		`{"ids":null,"all":null}`,
-		`{"ids":["1700000000000"]}`,
-		`{"ids":["-0"]}`,
-		`{"ids":["1700000000000-0\n"]}`,
-		`{"ids":[" 1-1"]}`,
-		`{"ids":["１-1"]}`,
+		`{"ids":["3:1700000000000"]}`,
+		`{"ids":["3:-0"]}`,
+		`{"ids":["3:1700000000000-0\n"]}`,
+		`{"ids":[" 3:1-1"]}`,
+		`{"ids":["3:１-1"]}`,
 		`{"ids":["+"]}`,
-		`{"ids":["0-0"]}`,
-		`{"ids":"1700000000000-0"}`,
+		`{"ids":["0:0-0"]}`,
+		`{"ids":"3:1700000000000-0"}`,
 		`{"ids":[1700000000000]}`,
 		`{"all":"true"}`,
 		`{"all":1}`,
@@ -103,7 +112,20 @@ func validReplay(in ReplayInput) bool {
 		return false
 	}
 	for _, id := range in.IDs {
-		if !isStreamID(id) {
+		shard, entry, ok := strings.Cut(id, ":")
+		if !ok || len(shard) < 1 || len(shard) > 2 || !digits(shard) || !isStreamID(entry) {
+			return false
+		}
+		if n, _ := strconv.Atoi(shard); n >= stock.Shards {
+			return false
+		}
+	}
+	return true
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
 			return false
 		}
 	}

@@ -4,25 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"seckill/internal/stock"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/stock"
 )
 
 // The orders stream of async mode: accept.lua (async.go) adds an entry per
 // accepted order; package order/queue consumes them. This file is their
 // shared vocabulary: the keys, an entry's fields, and the admin's view.
 
-// Redis keys of async mode.
-const (
-	StreamKey  = "seckill:orders"         // accepted orders, oldest first
-	DeadKey    = "seckill:orders:dead"    // entries that could not be written
-	PendingKey = "seckill:orders:pending" // order ID -> user:voucher:ms:status
-	GroupName  = "persist"                // the one consumer group
-)
+// Redis keys of async mode, one set per shard (stock.Shards): a voucher's
+// orders go to its shard's stream, in the same Redis Cluster slot as the
+// voucher's own keys, so that accept.lua may touch them all.
+
+// StreamKey names shard k's stream of accepted orders, oldest first.
+func StreamKey(k int) string { return stock.ShardKey(k, "orders") }
+
+// DeadKey names shard k's dead letters: entries that could not be written.
+func DeadKey(k int) string { return stock.ShardKey(k, "orders:dead") }
+
+// PendingKey names shard k's hash of orders not yet written: order ID ->
+// user:voucher:ms:status.
+func PendingKey(k int) string { return stock.ShardKey(k, "orders:pending") }
+
+// GroupName is the consumer group of every stream.
+const GroupName = "persist"
 
 // AcceptedKey names the voucher's accepted orders: user -> order ID,
 // written by accept.lua in the same step as the order, read when its
@@ -69,35 +80,44 @@ type DeadLetters struct {
 	Values map[string]any `json:"values"`
 }
 
-// Stats reads the queue's state.
+// QueueStats reads the queue's state: every shard's, added up.
 func (s *Service) QueueStats(ctx context.Context) (QueueStats, error) {
-	var st QueueStats
-	pipe := s.rdb.Pipeline()
-	length := pipe.XLen(ctx, StreamKey)
-	dead := pipe.XLen(ctx, DeadKey)
-	recent := pipe.XRevRangeN(ctx, DeadKey, "+", "-", 20)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return st, fmt.Errorf("queue stats: %w", err)
-	}
-	st.Length, st.DeadLetters = length.Val(), dead.Val()
-	st.Consumers = []string{}
-	st.RecentDead = []DeadLetters{}
-	for _, m := range recent.Val() {
-		st.RecentDead = append(st.RecentDead, DeadLetters{ID: m.ID, Values: m.Values})
-	}
-	groups, err := s.rdb.XInfoGroups(ctx, StreamKey).Result()
-	if err != nil && !strings.Contains(err.Error(), "no such key") {
-		return st, fmt.Errorf("queue stats: %w", err)
-	}
-	for _, g := range groups {
-		if g.Name == GroupName {
-			st.Lag, st.Pending = g.Lag, g.Pending
+	st := QueueStats{Consumers: []string{}, RecentDead: []DeadLetters{}}
+	consumers := map[string]bool{}
+	for k := range stock.Shards {
+		pipe := s.rdb.Pipeline()
+		length := pipe.XLen(ctx, StreamKey(k))
+		dead := pipe.XLen(ctx, DeadKey(k))
+		recent := pipe.XRevRangeN(ctx, DeadKey(k), "+", "-", 20)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return st, fmt.Errorf("queue stats: %w", err)
+		}
+		st.Length += length.Val()
+		st.DeadLetters += dead.Val()
+		for _, m := range recent.Val() {
+			st.RecentDead = append(st.RecentDead, DeadLetters{ID: deadLetterID(k, m.ID), Values: m.Values})
+		}
+		groups, err := s.rdb.XInfoGroups(ctx, StreamKey(k)).Result()
+		if err != nil && !strings.Contains(err.Error(), "no such key") {
+			return st, fmt.Errorf("queue stats: %w", err)
+		}
+		for _, g := range groups {
+			if g.Name == GroupName {
+				st.Lag += g.Lag
+				st.Pending += g.Pending
+			}
+		}
+		if cs, err := s.rdb.XInfoConsumers(ctx, StreamKey(k), GroupName).Result(); err == nil {
+			for _, c := range cs {
+				if !consumers[c.Name] {
+					consumers[c.Name] = true
+					st.Consumers = append(st.Consumers, c.Name)
+				}
+			}
 		}
 	}
-	if consumers, err := s.rdb.XInfoConsumers(ctx, StreamKey, GroupName).Result(); err == nil {
-		for _, c := range consumers {
-			st.Consumers = append(st.Consumers, c.Name)
-		}
-	}
+	// The newest 20 of all shards, newest first.
+	slices.SortFunc(st.RecentDead, func(a, b DeadLetters) int { return compareEntryIDs(b.ID, a.ID) })
+	st.RecentDead = st.RecentDead[:min(len(st.RecentDead), 20)]
 	return st, nil
 }

@@ -2,13 +2,15 @@
 // flash sale's thousands of requests a second can be answered without
 // touching MySQL.
 //
-// Per voucher it keeps three keys, all with the hash tag {v<ID>} so that
-// they live in one Redis Cluster slot and one Lua script may touch them all:
+// Per voucher it keeps three keys, all with the hash tag of the voucher's
+// shard (shard.go) so that they live in one Redis Cluster slot and one Lua
+// script may touch them all, with the other keys of that shard (async
+// mode's stream of orders):
 //
-//	seckill:{v7}:stock   units left
-//	seckill:{v7}:buyers  users who took a unit (one order per user)
-//	seckill:{v7}:holds   user -> deadline: units taken whose order row is
-//	                     not written yet
+//	seckill:{s7.43}:v7:stock   units left
+//	seckill:{s7.43}:v7:buyers  users who took a unit (one order per user)
+//	seckill:{s7.43}:v7:holds   user -> deadline: units taken whose order
+//	                           row is not written yet
 //
 // A request takes a unit with Take. Once its order row is committed it calls
 // Confirm; if anything fails it calls GiveBack. A hold is what makes the
@@ -79,9 +81,9 @@ func KeysOf(id int64) Keys {
 }
 
 // KeyOf names another key of voucher id, in the same Redis Cluster slot as
-// its stock keys, so that one script may touch them all.
+// its stock keys (its shard's), so that one script may touch them all.
 func KeyOf(id int64, name string) string {
-	return "seckill:{v" + strconv.FormatInt(id, 10) + "}:" + name
+	return ShardKey(ShardOf(id), "v"+strconv.FormatInt(id, 10)+":"+name)
 }
 
 func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Holds} }

@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -32,6 +33,7 @@ import (
 // Config tunes the consumer that writes accepted orders to MySQL.
 type Config struct {
 	Consumer      string        // this consumer's name: stable across restarts of one instance
+	Shard         int           // the shard whose stream it reads (stock.ShardOf); see NewShards
 	Batch         int           // entries read and written at once
 	ClaimIdle     time.Duration // an entry pending this long in another consumer is taken over
 	MaxDeliveries int64         // deliveries after which a failing entry goes to the dead letters
@@ -85,6 +87,9 @@ type Consumer struct {
 	cfg Config
 	log *slog.Logger
 
+	// The shard's keys (p.stream and the rest).
+	stream, dead, pending string
+
 	claimCursor string // XAUTOCLAIM's cursor, carried from call to call
 	size        int    // entries read at once: Batch, halved while batches run out of time
 
@@ -96,12 +101,35 @@ type Consumer struct {
 	lastErr   error
 }
 
-// New returns a Consumer of the orders stream in rdb that writes to db.
+// New returns a Consumer of the orders stream of shard cfg.Shard in rdb
+// that writes to db.
 func New(db *gorm.DB, rdb redis.UniversalClient, now func() time.Time, cfg Config, log *slog.Logger) *Consumer {
 	if cfg.Observer == nil {
 		cfg.Observer = nobody{}
 	}
-	return &Consumer{db: db, rdb: rdb, now: now, cfg: cfg, log: log.With("consumer", cfg.Consumer), claimCursor: "0-0", size: cfg.Batch}
+	return &Consumer{db: db, rdb: rdb, now: now, cfg: cfg, log: log.With("consumer", cfg.Consumer, "shard", cfg.Shard),
+		stream: order.StreamKey(cfg.Shard), dead: order.DeadKey(cfg.Shard), pending: order.PendingKey(cfg.Shard),
+		claimCursor: "0-0", size: cfg.Batch}
+}
+
+// NewShards returns a Consumer for every shard's stream (stock.Shards),
+// all with cfg but for the shard: what one instance runs.
+func NewShards(db *gorm.DB, rdb redis.UniversalClient, now func() time.Time, cfg Config, log *slog.Logger) []*Consumer {
+	cs := make([]*Consumer, stock.Shards)
+	for k := range cs {
+		cfg.Shard = k
+		cs[k] = New(db, rdb, now, cfg, log)
+	}
+	return cs
+}
+
+// RunAll runs every consumer of cs as Run does, and returns when all have.
+func RunAll(ctx, drain context.Context, cs []*Consumer) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() { c.Run(ctx, drain) })
+	}
+	wg.Wait()
 }
 
 // Run consumes until ctx is done, then finishes the batch in hand and
@@ -212,7 +240,7 @@ func (p *Consumer) recover(ctx, drain context.Context) {
 // yet acknowledged, without delivering them again (XPENDING, then XRANGE).
 func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
 	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: order.StreamKey, Group: order.GroupName, Start: "-", End: "+", Count: int64(p.size), Consumer: p.cfg.Consumer,
+		Stream: p.stream, Group: order.GroupName, Start: "-", End: "+", Count: int64(p.size), Consumer: p.cfg.Consumer,
 	}).Result()
 	if err != nil || len(ps) == 0 {
 		return nil, err
@@ -220,7 +248,7 @@ func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
 	pipe := p.rdb.Pipeline()
 	reads := make([]*redis.XMessageSliceCmd, len(ps))
 	for i, e := range ps {
-		reads[i] = pipe.XRangeN(ctx, order.StreamKey, e.ID, e.ID, 1)
+		reads[i] = pipe.XRangeN(ctx, p.stream, e.ID, e.ID, 1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
@@ -237,7 +265,7 @@ func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
 // a new group start at the oldest entry, so entries accepted before the
 // group existed are not skipped.
 func (p *Consumer) ensureGroup(ctx context.Context) error {
-	err := p.rdb.XGroupCreateMkStream(ctx, order.StreamKey, order.GroupName, "0").Err()
+	err := p.rdb.XGroupCreateMkStream(ctx, p.stream, order.GroupName, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("create group %s: %w", order.GroupName, err)
 	}
@@ -249,7 +277,7 @@ func (p *Consumer) ensureGroup(ctx context.Context) error {
 func (p *Consumer) readNew(ctx context.Context, block time.Duration) (int, error) {
 	args := &redis.XReadGroupArgs{
 		Group: order.GroupName, Consumer: p.cfg.Consumer,
-		Streams: []string{order.StreamKey, ">"}, Count: int64(p.size), Block: block,
+		Streams: []string{p.stream, ">"}, Count: int64(p.size), Block: block,
 	}
 	if block == 0 {
 		args.Block = -1 // go-redis: negative leaves BLOCK out; 0 would block forever
@@ -281,7 +309,7 @@ func (p *Consumer) catchUp(ctx context.Context) {
 	for ctx.Err() == nil {
 		streams, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: order.GroupName, Consumer: p.cfg.Consumer,
-			Streams: []string{order.StreamKey, from}, Count: int64(p.size), Block: -1,
+			Streams: []string{p.stream, from}, Count: int64(p.size), Block: -1,
 		}).Result()
 		if err != nil || len(streams) == 0 || len(streams[0].Messages) == 0 {
 			return
@@ -301,7 +329,7 @@ func (p *Consumer) catchUp(ctx context.Context) {
 // call to call makes each call continue where the last one stopped.
 func (p *Consumer) claim(ctx context.Context) {
 	msgs, next, err := p.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: order.StreamKey, Group: order.GroupName, Consumer: p.cfg.Consumer,
+		Stream: p.stream, Group: order.GroupName, Consumer: p.cfg.Consumer,
 		MinIdle: p.cfg.ClaimIdle, Start: p.claimCursor, Count: int64(p.size),
 	}).Result()
 	if err != nil {
@@ -434,7 +462,7 @@ func transient(err error) bool {
 // ack acknowledges written entries, forgets their pending markers, and
 // counts them off their vouchers' queues (ack.lua), in one round trip.
 func (p *Consumer) ack(ctx context.Context, entries []redis.XMessage, orders []order.Order) {
-	keys := []string{order.StreamKey, order.PendingKey}
+	keys := []string{p.stream, p.pending}
 	args := []any{order.GroupName}
 	for i, m := range entries {
 		keys = append(keys, order.QueuedKey(orders[i].VoucherID))
@@ -450,7 +478,7 @@ func (p *Consumer) ack(ctx context.Context, entries []redis.XMessage, orders []o
 // deliveries is how often an entry has been delivered.
 func (p *Consumer) deliveries(ctx context.Context, id string) int64 {
 	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: order.StreamKey, Group: order.GroupName, Start: id, End: id, Count: 1,
+		Stream: p.stream, Group: order.GroupName, Start: id, End: id, Count: 1,
 	}).Result()
 	if err != nil || len(ps) == 0 {
 		return 0
@@ -462,7 +490,7 @@ func (p *Consumer) deliveries(ctx context.Context, id string) int64 {
 // the oldest pending entry, or than the last delivered one when none is
 // pending. Never an entry that is not yet written.
 func (p *Consumer) trim(ctx context.Context) {
-	groups, err := p.rdb.XInfoGroups(ctx, order.StreamKey).Result()
+	groups, err := p.rdb.XInfoGroups(ctx, p.stream).Result()
 	if err != nil {
 		return
 	}
@@ -473,7 +501,7 @@ func (p *Consumer) trim(ctx context.Context) {
 		}
 		minID = g.LastDeliveredID
 		if g.Pending > 0 {
-			sum, err := p.rdb.XPending(ctx, order.StreamKey, order.GroupName).Result()
+			sum, err := p.rdb.XPending(ctx, p.stream, order.GroupName).Result()
 			if err != nil {
 				return
 			}
@@ -483,7 +511,7 @@ func (p *Consumer) trim(ctx context.Context) {
 	if minID == "" || minID == "0-0" {
 		return
 	}
-	if err := p.rdb.XTrimMinIDApprox(ctx, order.StreamKey, minID, 0).Err(); err != nil {
+	if err := p.rdb.XTrimMinIDApprox(ctx, p.stream, minID, 0).Err(); err != nil {
 		p.log.Warn("trim stream", "err", err)
 	}
 }
@@ -494,14 +522,14 @@ func (p *Consumer) trim(ctx context.Context) {
 // 200 ms; one that is sick (not reading) and holds nothing loses nothing by
 // being removed: its next read adds it again.
 func (p *Consumer) pruneConsumers(ctx context.Context) {
-	consumers, err := p.rdb.XInfoConsumers(ctx, order.StreamKey, order.GroupName).Result()
+	consumers, err := p.rdb.XInfoConsumers(ctx, p.stream, order.GroupName).Result()
 	if err != nil {
 		return
 	}
 	idle := max(time.Hour, 100*p.cfg.ClaimIdle)
 	for _, c := range consumers {
 		if c.Name != p.cfg.Consumer && c.Pending == 0 && c.Idle > idle {
-			if n, err := pruneScript.Run(ctx, p.rdb, []string{order.StreamKey}, order.GroupName, c.Name).Int(); err == nil && n == 1 {
+			if n, err := pruneScript.Run(ctx, p.rdb, []string{p.stream}, order.GroupName, c.Name).Int(); err == nil && n == 1 {
 				p.log.Info("removed a consumer gone for long", "gone", c.Name, "idle", c.Idle)
 			}
 		}
@@ -529,7 +557,7 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	case errors.Is(cause, order.ErrAlreadyOrdered):
 		buyer = "keep" // the user holds another order
 	}
-	keys := []string{order.StreamKey, order.DeadKey, order.PendingKey}
+	keys := []string{p.stream, p.dead, p.pending}
 	orderID, _ := m.Values["id"].(string)
 	user, _ := m.Values["user"].(string)
 	if o, err := order.ParseEntry(m); err == nil {
@@ -558,16 +586,16 @@ const deadLetterAge = 30 * 24 * time.Hour
 // markers of their orders.
 func (p *Consumer) trimDead(ctx context.Context) {
 	cutoff := strconv.FormatInt(time.Now().Add(-deadLetterAge).UnixMilli(), 10)
-	old, err := p.rdb.XRangeN(ctx, order.DeadKey, "-", "("+cutoff, 1000).Result()
+	old, err := p.rdb.XRangeN(ctx, p.dead, "-", "("+cutoff, 1000).Result()
 	if err != nil || len(old) == 0 {
 		return
 	}
 	pipe := p.rdb.Pipeline()
 	for _, m := range old {
 		if id, _ := m.Values["id"].(string); id != "" {
-			pipe.HDel(ctx, order.PendingKey, id)
+			pipe.HDel(ctx, p.pending, id)
 		}
-		pipe.XDel(ctx, order.DeadKey, m.ID)
+		pipe.XDel(ctx, p.dead, m.ID)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		p.log.Warn("trim old dead letters", "err", err)
