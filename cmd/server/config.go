@@ -17,14 +17,16 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"seckill/internal/auth"
+	"seckill/internal/tracing"
 )
 
 // config is everything run reads from the environment. Only cmd/server
 // reads the environment; packages get plain values.
 type config struct {
 	HTTPAddr      string
-	MetricsAddr   string // GET /metrics alone, unauthenticated; "": on HTTPAddr, for admins
-	MySQLDSN      string // normalised: parseTime=true, loc=UTC
+	MetricsAddr   string         // GET /metrics alone, unauthenticated; "": on HTTPAddr, for admins
+	Tracing       tracing.Config // OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
+	MySQLDSN      string         // normalised: parseTime=true, loc=UTC
 	RedisDB       int
 	Redis         redisConfig // REDIS_ADDR or REDIS_ADDRS, and how to reach them
 	JWTSecret     []byte
@@ -160,6 +162,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// only for its round trips, and beyond a few per connection they wait
 	// for one (go-redis' pool timeout) instead of working.
 	c.MaxInFlight = intVar("MAX_IN_FLIGHT", 4*c.RedisPoolSize, 0, 1_000_000)
+	c.Tracing = tracing.Config{Endpoint: env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), Service: env("OTEL_SERVICE_NAME", "seckill")}
+	if c.Tracing.Endpoint != "" {
+		if err := tracing.CheckEndpoint(c.Tracing.Endpoint); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	c.MetricsAddr = env("METRICS_ADDR", "")
 	if c.MetricsAddr != "" {
 		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {

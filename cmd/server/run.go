@@ -33,6 +33,7 @@ import (
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
 	"seckill/internal/stock"
+	"seckill/internal/tracing"
 	"seckill/internal/voucher"
 	"seckill/internal/web"
 	"seckill/migrations"
@@ -170,6 +171,7 @@ type stores struct {
 	db      *gorm.DB
 	rdb     redis.UniversalClient
 	redlock []redis.UniversalClient
+	tracer  *tracing.Tracer // nil: tracing off
 	closers []func()
 }
 
@@ -206,8 +208,33 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		st.db = db
 		dialect = migrations.SQLite
 	} else {
+		tracer, err := tracing.New(cfg.Tracing)
+		if err != nil {
+			return nil, err
+		}
+		st.tracer = tracer
+		// Closed last (closers run backwards): the spans of the last
+		// requests are sent before the process ends.
+		st.closers = append(st.closers, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(ctx); err != nil {
+				log.Warn("send the last spans", "err", err)
+			}
+		})
 		st.rdb = newRedis(cfg)
-		db, err := gorm.Open(mysql.Open(cfg.MySQLDSN), gcfg)
+		if err := tracer.Redis(st.rdb); err != nil {
+			return nil, err
+		}
+		dialector := mysql.Open(cfg.MySQLDSN)
+		if tracer != nil {
+			pool, err := tracer.OpenMySQL(cfg.MySQLDSN)
+			if err != nil {
+				return nil, fmt.Errorf("open mysql: %w", err)
+			}
+			dialector = mysql.New(mysql.Config{Conn: pool})
+		}
+		db, err := gorm.Open(dialector, gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open mysql: %w", err)
 		}
@@ -400,6 +427,9 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	// The answers of the buy button are counted first of all, so that
 	// the cap's 429s and a recovered panic's 500 are counted too.
 	// /metrics passes the cap as well: an overload is when it is wanted.
+	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
+		r.Use(trace) // first: the request's span covers everything after
+	}
 	r.Use(m.Seckill(order.SeckillRoute), web.Recover(log), admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics"), web.LimitBody())
 	authn := tokens.Authenticate(fail)
 

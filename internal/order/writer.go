@@ -3,6 +3,7 @@ package order
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 )
 
@@ -106,7 +107,10 @@ func (s *Service) writeGroup(batch []*write) {
 		// The batch runs under every member's context at once: if any
 		// member's lock is lost or its time runs out, the batch rolls back,
 		// and the others are written one by one below.
-		ctx, cancel := context.WithCancel(context.Background())
+		//
+		// Its statements are traced (package tracing) as part of the first
+		// member's request: one transaction cannot belong to several.
+		ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(live[0].ctx)))
 		watches := make([]func() bool, len(live))
 		for i, w := range live {
 			watches[i] = context.AfterFunc(w.ctx, cancel) // cancel the batch when w's context ends
