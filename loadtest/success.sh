@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# success.sh measures the path that sells, against the yardstick
+# (loadtest/yardstick: gin + one EVALSHA that takes a unit, nothing else).
+#
+# Every request comes from a user who has not bought yet, and the stock
+# never runs out (a fresh voucher of 10,000,000 units per run), so every
+# request the server answers in time is an order. Per mode (sync, async) it
+# alternates wrk runs, yardstick then server, PAIRS times, and prints per
+# pair:
+#   yardstick   its req/s (each one a unit taken in Redis);
+#   orders/s    sync: rows committed for the run's voucher (every 200 is a
+#               committed row); async: orders accepted (units gone from the
+#               voucher's stock in Redis), all of which must reach MySQL;
+#   ratio       orders/s over the yardstick's req/s;
+#   lag         async: from the end of the load to the last accepted order
+#               in MySQL (polled every 10 ms).
+# and the medians. Targets (issue 13): async >= 0.75 and lag <= 250 ms,
+# sync >= 0.35.
+#
+# Loopback only: database seckill_success (dropped and created afresh),
+# Redis logical database 2 (flushed; no other database is touched). Every
+# process started here is stopped on exit.
+#
+#   loadtest/success.sh                      # 5 pairs of 4 s runs per mode
+#   PAIRS=7 MODES=async loadtest/success.sh
+#   SERVER_REV=HEAD~3 loadtest/success.sh    # the server as of that commit
+#   PROFILE=1 loadtest/success.sh            # also perf-profile the server
+#
+# Needs go, wrk (apt-get installed if missing), mysql, redis-cli, curl, jq,
+# python3; perf for PROFILE=1. Generated files go to $WORK.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+PAIRS=${PAIRS:-5}
+DURATION=${DURATION:-4s}
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-64}
+USERS=${USERS:-100000} # more than a run can sell, so that no user buys twice
+MODES=${MODES:-sync async}
+PROFILE=${PROFILE:-0}
+WORK=${WORK:-/tmp/seckill-success}
+SERVER_ADDR=127.0.0.1:18090
+YARD_ADDR=127.0.0.1:18091
+REDIS_ADDR=${REDIS_ADDR:-127.0.0.1:6379}
+REDIS_DB=2
+DB=seckill_success
+MYSQL_DSN="root:@tcp(127.0.0.1:3306)/$DB"
+JWT_SECRET=success-bench-only-secret-not-for-production
+STOCK=10000000
+
+# shellcheck source=loadtest/lib.sh
+. loadtest/lib.sh
+
+need wrk mysql redis-cli curl jq python3 go
+timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" ping >/dev/null
+timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
+
+log "building server, yardstick, tokens into $WORK"
+build_server
+timeout 600 go build -o "$WORK/yardstick" ./loadtest/yardstick
+timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
+
+log "database $DB afresh, Redis db $REDIS_DB flushed"
+timeout 30 mysql -uroot -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
+rcli() { timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" "$@"; }
+sql() { timeout 30 mysql -uroot -N -B "$DB" -e "$1"; }
+rcli FLUSHDB >/dev/null
+
+server_pid=
+start_server() { # mode
+	HTTP_ADDR=$SERVER_ADDR MYSQL_DSN=$MYSQL_DSN REDIS_ADDR=$REDIS_ADDR REDIS_DB=$REDIS_DB \
+		JWT_SECRET=$JWT_SECRET ADMIN_PHONES=13800000000 AUTH_DEV_CODES=true SECKILL_MODE=$1 \
+		AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0 \
+		"$WORK/server" >"$WORK/server-$1.log" 2>&1 &
+	server_pid=$!
+	pids+=("$server_pid")
+	for _ in $(seq 300); do
+		curl -fsS -o /dev/null --max-time 1 "http://$SERVER_ADDR/readyz" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "success.sh: the server did not come up in 30s; see $WORK/server-$1.log" >&2
+	exit 1
+}
+stop_server() {
+	kill -TERM "$server_pid"
+	for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$server_pid" 2>/dev/null || true
+	wait "$server_pid" 2>/dev/null || true
+}
+
+"$WORK/yardstick" -addr "$YARD_ADDR" -redis "$REDIS_ADDR" -db "$REDIS_DB" >"$WORK/yardstick.log" 2>&1 &
+yard_pid=$!
+pids+=("$yard_pid")
+for _ in $(seq 300); do
+	curl -sS -o /dev/null --max-time 1 "http://$YARD_ADDR/" 2>/dev/null && break
+	sleep 0.1
+done
+
+start_server sync
+log "admin and $USERS users log in"
+timeout 60 "$WORK/tokens" -base "http://$SERVER_ADDR" -first 13800000000 -n 1 -out "$WORK/admin.txt" 2>/dev/null
+admin=$(head -1 "$WORK/admin.txt")
+timeout 600 "$WORK/tokens" -base "http://$SERVER_ADDR" -first 13900000000 -n "$USERS" -c 32 -out "$WORK/tokens.txt"
+begin=$(date -u -d '-1 min' +%Y-%m-%dT%H:%M:%SZ)
+end=$(date -u -d '+6 hour' +%Y-%m-%dT%H:%M:%SZ)
+new_voucher() {
+	curl -fsS --max-time 10 -X POST "http://$SERVER_ADDR/vouchers" \
+		-H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+		-d "{\"title\":\"success bench\",\"stock\":$STOCK,\"begin_time\":\"$begin\",\"end_time\":\"$end\"}" | jq -r .id
+}
+# The voucher's stock key carries its shard's hash tag: found, not computed
+# (and, for a SERVER_REV from before the shards, seckill:{v<ID>}:stock).
+stock_key() {
+	local k
+	k=$(rcli --scan --pattern "seckill:{*}:v$1:stock" | head -1)
+	echo "${k:-seckill:{v$1}:stock}"
+}
+
+# run_wrk base-url voucher: one timed run; prints "req/s seconds requests".
+run_wrk() {
+	local out
+	out=$(timeout 60 wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s loadtest/reject.lua "$1" -- "$WORK/tokens.txt" "$2")
+	grep -q 'Socket errors' <<<"$out" && log "$(grep 'Socket errors' <<<"$out") ($1)"
+	awk '/requests in/ { n = $1; s = $4; sub(/s,?$/, "", s) } /^Requests\/sec:/ { r = $2 } END { print r, s, n }' <<<"$out"
+}
+
+# yard_run: the yardstick takes units of a key of its own, never empty.
+yard_run() {
+	local id=$((900000 + RANDOM))
+	rcli SET "yardstick:{v$id}:stock" "$STOCK" >/dev/null
+	read -r rps _ _ < <(run_wrk "http://$YARD_ADDR" "$id")
+	echo "$rps"
+}
+
+# server_run mode: a fresh voucher, one timed run; prints "orders/s lag-ms requests".
+server_run() {
+	local mode=$1 vid key rps secs n orders t0 lag accepted
+	vid=$(new_voucher)
+	# Warm the voucher into the instance's cache and Redis: the first
+	# request of a voucher reads MySQL.
+	curl -sS -o /dev/null --max-time 5 -X POST -H "Authorization: Bearer $admin" "http://$SERVER_ADDR/seckill/$vid"
+	read -r rps secs n < <(run_wrk "http://$SERVER_ADDR" "$vid")
+	t0=$(date +%s%N)
+	key=$(stock_key "$vid")
+	accepted=$((STOCK - $(rcli GET "$key") - 1)) # the admin's warm-up order is not counted
+	lag=0
+	if [[ $mode == async ]]; then
+		for _ in $(seq 3000); do
+			orders=$(sql "SELECT COUNT(*) - 1 FROM voucher_orders WHERE voucher_id = $vid")
+			((orders >= accepted)) && break
+			sleep 0.01
+		done
+		lag=$((($(date +%s%N) - t0) / 1000000))
+		((orders >= accepted)) || { echo "success.sh: after 30 s, $orders of $accepted accepted orders in MySQL" >&2; exit 1; }
+	else
+		orders=$(sql "SELECT COUNT(*) - 1 FROM voucher_orders WHERE voucher_id = $vid")
+	fi
+	((n < USERS)) || log "warning: $n requests for $USERS users: some users asked twice (answered already_ordered)"
+	python3 -c 'import sys; o, s = map(float, sys.argv[1:]); print(f"{o / s:.0f}")' "$orders" "$secs" | tr '\n' ' '
+	echo "$lag $n"
+}
+
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+echo "server: $server_desc"
+echo "runs: wrk -t$THREADS -c$CONNS -d$DURATION, $PAIRS pairs per mode, $USERS distinct users, stock $STOCK per run"
+running=sync # the logins ran on a sync server
+for mode in $MODES; do
+	if [[ $mode != "$running" ]]; then
+		stop_server
+		start_server "$mode"
+		running=$mode
+	fi
+	log "$mode: warm-up"
+	yard_run >/dev/null
+	server_run "$mode" >/dev/null
+	: >"$WORK/$mode.pairs"
+	for i in $(seq "$PAIRS"); do
+		y=$(yard_run)
+		s=$(server_run "$mode")
+		echo "$i $y $s" >>"$WORK/$mode.pairs"
+		python3 -c 'import sys; m, i, y, o, lag, n = sys.argv[1:]; y, o = float(y), float(o); print(f"{m:<6} pair {i}: yardstick {y:8.0f} req/s   {m} {o:8.0f} orders/s   ratio {o / y:.3f}" + (f"   lag {lag} ms" if m == "async" else ""))' \
+			"$mode" "$i" $y $s
+	done
+	if [[ $PROFILE == 1 ]] && command -v perf >/dev/null; then
+		log "$mode: perf record of the server during one run"
+		timeout 120 perf record -F 999 -g -p "$server_pid" -o "$WORK/$mode.perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &
+		perf_pid=$!
+		sleep 0.2
+		server_run "$mode" >/dev/null
+		wait "$perf_pid" || true
+		perf report -i "$WORK/$mode.perf.data" --no-children --percent-limit 1 --stdio -g none 2>/dev/null |
+			grep -E '^ +[0-9]' | head -30 >"$WORK/$mode.perf.self.txt" || true
+		log "$mode: top functions by self time ($WORK/$mode.perf.self.txt)"
+		cat "$WORK/$mode.perf.self.txt"
+	fi
+	python3 - "$mode" "$WORK/$mode.pairs" <<-'EOF'
+		import statistics, sys
+		mode, path = sys.argv[1], sys.argv[2]
+		rows = [tuple(map(float, l.split()[1:4])) for l in open(path) if l.strip()]
+		ratios = [o / y for y, o, _ in rows]
+		med = statistics.median
+		line = (f"{mode:<6} ratios: {' '.join(f'{r:.3f}' for r in ratios)}\n"
+		        f"{mode:<6} median ratio orders/s over yardstick req/s: {med(ratios):.3f}"
+		        f"  (median: yardstick {med(r[0] for r in rows):.0f} req/s, {mode} {med(r[1] for r in rows):.0f} orders/s")
+		if mode == "async":
+		    line += f"; lag to the last row {med(r[2] for r in rows):.0f} ms, worst {max(r[2] for r in rows):.0f} ms"
+		print(line + ")")
+	EOF
+done
