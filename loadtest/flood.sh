@@ -58,14 +58,10 @@ need wrk mysql redis-cli curl jq go bc
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 (($(ulimit -n) > CONNS + 1000)) || fail "ulimit -n is $(ulimit -n), too low for $CONNS connections"
 
-log "building server and tokens into $WORK"
+log "building server and tools into $WORK"
 build_server
-timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
-
-log "database $DB afresh, Redis db $REDIS_DB flushed"
-timeout 30 mysql -uroot -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
-rcli() { timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" "$@"; }
-rcli FLUSHDB >/dev/null
+build_tools
+fresh_stores
 sql() { timeout 30 mysql -uroot -N -B "$DB" -e "$1"; }
 
 log "$INSTANCES instances, $MODE mode, $MYSQL_CONNS MySQL connections each"

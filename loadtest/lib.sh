@@ -9,6 +9,10 @@
 #               SERVER_REV names (git archive: edits in progress in the
 #               tree never leak into figures) or from the working tree,
 #               and sets server_desc to say which
+#   build_tools builds the yardstick and the token maker into $WORK
+#   fresh_stores checks that Redis ($REDIS_ADDR) and MySQL answer, drops
+#               and creates database $DB, flushes Redis database
+#               $REDIS_DB (only that one), and defines rcli: redis-cli on it
 
 mkdir -p "$WORK"
 pids=()
@@ -51,4 +55,19 @@ build_server() {
 			server_desc+=" with uncommitted changes"
 		fi
 	fi
+}
+
+build_tools() {
+	timeout 600 go build -o "$WORK/yardstick" ./loadtest/yardstick
+	timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
+}
+
+rcli() { timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" "$@"; }
+
+fresh_stores() {
+	timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" ping >/dev/null
+	timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
+	log "database $DB afresh, Redis db $REDIS_DB flushed"
+	timeout 30 mysql -uroot -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
+	rcli FLUSHDB >/dev/null
 }

@@ -54,8 +54,6 @@ JWT_SECRET=reject-bench-only-secret-not-for-production
 
 # --- prerequisites --------------------------------------------------------
 need wrk mysql redis-cli curl jq python3 go
-timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" ping >/dev/null
-timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
 
 # --- build ----------------------------------------------------------------
 # SERVER_REV=<commit> builds the server from that commit (git archive into
@@ -63,14 +61,10 @@ timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
 # figures; empty builds the working tree as it is.
 log "building server, yardstick, tokens into $WORK"
 build_server
-timeout 600 go build -o "$WORK/yardstick" ./loadtest/yardstick
-timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
+build_tools
 
 # --- fresh stores ---------------------------------------------------------
-log "database $DB afresh, Redis db $REDIS_DB flushed"
-timeout 30 mysql -uroot -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
-timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" FLUSHDB >/dev/null
-rcli() { timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" "$@"; }
+fresh_stores
 
 # --- start both -----------------------------------------------------------
 # The login code limits are off: every user logs in from this one address,

@@ -53,19 +53,11 @@ STOCK=10000000
 . loadtest/lib.sh
 
 need wrk mysql redis-cli curl jq python3 go
-timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" ping >/dev/null
-timeout 10 mysql -uroot -e "SELECT 1" >/dev/null
-
 log "building server, yardstick, tokens into $WORK"
 build_server
-timeout 600 go build -o "$WORK/yardstick" ./loadtest/yardstick
-timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
-
-log "database $DB afresh, Redis db $REDIS_DB flushed"
-timeout 30 mysql -uroot -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
-rcli() { timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" "$@"; }
+build_tools
+fresh_stores
 sql() { timeout 30 mysql -uroot -N -B "$DB" -e "$1"; }
-rcli FLUSHDB >/dev/null
 
 server_pid=
 start_server() { # mode
