@@ -34,6 +34,8 @@ var experiments = []experiment{
 	nonReentrant,
 	noWatchdog,
 	pauseFencing,
+	failover,
+	redlockRestart,
 	inProcessQueue,
 	orderIDs,
 }

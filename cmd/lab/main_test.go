@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +31,9 @@ func TestExperiments(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 				r, err := runExperiment(ctx, e)
 				cancel()
+				if errors.Is(err, errNoRedisServer) && os.Getenv("SECKILL_REQUIRE_INTEGRATION") != "1" {
+					t.Skip(err)
+				}
 				if err != nil {
 					t.Fatalf("run %d: %v", i+1, err)
 				}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"seckill/internal/lock"
+)
+
+// Experiment 12, second half: RedLock with a node that restarts without
+// persistence.
+//
+// RedLock's safety rests on each server keeping the lock for its ttl. A
+// server that crashes and restarts empty forgets it. If A held a bare
+// majority (three of five: two servers were down when A asked), one of
+// A's three restarting at once leaves A with two, and B finds three free
+// servers: two holders. The remedy in RedLock's own description is a
+// delayed restart: a crashed server stays out for at least the longest
+// ttl, so that every lock it granted has expired before it votes again.
+// Both variants run the same crash at the same moment; only the restart
+// differs.
+var redlockRestart = experiment{
+	name:   "redlock-restart",
+	title:  "RedLock node restarted without persistence",
+	counts: "overlap",
+	lesson: "a RedLock server that lost its memory must stay out for a ttl before it votes again",
+	broken: func(ctx context.Context) (outcome, error) { return bareMajority(ctx, true) },
+	fixed:  func(ctx context.Context) (outcome, error) { return bareMajority(ctx, false) },
+}
+
+// bareMajority gives A the lock on servers 1 to 3 of 5 (4 and 5 are down
+// when A asks, then come back), crashes server 3, and lets B ask. With
+// restartNow, server 3 is back at once, empty; otherwise it sits out its
+// ttl, and B asks meanwhile.
+func bareMajority(ctx context.Context, restartNow bool) (outcome, error) {
+	nodes, closeAll, err := startRedises(ctx, 5)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer closeAll()
+	rl := newRedLock(nodes)
+	nodes[3].kill()
+	nodes[4].kill()
+	a, err := rl.Obtain(ctx, failoverKey, lockTTL)
+	if err != nil {
+		return outcome{}, fmt.Errorf("A, with 3 of 5 servers up: %w", err)
+	}
+	defer a.Release(context.WithoutCancel(ctx))
+	for _, n := range nodes[3:] {
+		if err := n.start(ctx); err != nil {
+			return outcome{}, err
+		}
+	}
+
+	nodes[2].kill() // the crash: one of A's three
+	if restartNow {
+		if err := nodes[2].start(ctx); err != nil { // back at once, empty
+			return outcome{}, err
+		}
+	} // else: it stays out for lockTTL; B asks before that
+
+	b, err := rl.Obtain(ctx, failoverKey, lockTTL)
+	switch {
+	case err == nil:
+		defer b.Release(context.WithoutCancel(ctx))
+	case !errors.Is(err, lock.ErrNotAcquired):
+		return outcome{}, fmt.Errorf("B: %w", err)
+	}
+	if restartNow {
+		return overlapOutcome(err == nil,
+			"server 3 came back empty; B got 3 of 5 while A held the lock",
+			"B refused"), nil
+	}
+	return overlapOutcome(err == nil,
+		"B got a majority while A held the lock",
+		"server 3 sat out its ttl; servers 1 and 2 refused B, no majority"), nil
+}
