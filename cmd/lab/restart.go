@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"seckill/internal/lock"
 )
 
 // Experiment 12, second half: RedLock with a node that restarts without
@@ -60,19 +57,16 @@ func bareMajority(ctx context.Context, restartNow bool) (outcome, error) {
 		}
 	} // else: it stays out for lockTTL; B asks before that
 
-	b, err := rl.Obtain(ctx, failoverKey, lockTTL)
-	switch {
-	case err == nil:
-		defer b.Release(context.WithoutCancel(ctx))
-	case !errors.Is(err, lock.ErrNotAcquired):
-		return outcome{}, fmt.Errorf("B: %w", err)
+	bGot, err := tryB(ctx, rl)
+	if err != nil {
+		return outcome{}, err
 	}
 	if restartNow {
-		return overlapOutcome(err == nil,
+		return overlapOutcome(bGot,
 			"server 3 came back empty; B got 3 of 5 while A held the lock",
 			"B refused"), nil
 	}
-	return overlapOutcome(err == nil,
+	return overlapOutcome(bGot,
 		"B got a majority while A held the lock",
 		"server 3 sat out its ttl; servers 1 and 2 refused B, no majority"), nil
 }
