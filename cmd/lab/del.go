@@ -38,15 +38,22 @@ func overrun(ctx context.Context, newMutex func(*redis.Client) redisMutex) (outc
 	m := newMutex(rdb)
 
 	const key = "order:voucher:1:user:42"
+	tl := newTimeline()
 	unlockA, err := m.lock(ctx, key, lockTTL, never)
 	if err != nil {
 		return outcome{}, err
 	}
+	tl.take("A")
 	var errB error
 	err = unlockA(ctx, func() { // the lab: A is held up, just before its delete
 		srv.FastForward(lockTTL) // ... past its ttl: the key expires
-		_, errB = m.lock(ctx, key, lockTTL, never)
+		tl.drop("A")
+		tl.mark("A's key expires (A paused)")
+		if _, errB = m.lock(ctx, key, lockTTL, never); errB == nil {
+			tl.take("B")
+		}
 	})
+	tl.mark("A's release")
 	if err := errors.Join(err, errB); err != nil {
 		return outcome{}, fmt.Errorf("A's release, or B taking the lock: %w", err)
 	}
@@ -56,16 +63,21 @@ func overrun(ctx context.Context, newMutex func(*redis.Client) redisMutex) (outc
 	switch _, err := m.lock(ctx, key, lockTTL, never); {
 	case err == nil:
 		overlaps++ // C got in: A's delete removed B's lock
+		tl.take("C")
 	case !errors.Is(err, errBusy):
 		return outcome{}, err
+	default:
+		tl.mark("C asks: refused")
 	}
 	summary := "A's release left B's lock alone; C refused"
 	if overlaps > 0 {
 		summary = "A deleted B's lock; C got it while B held it"
 	}
+	tl.end()
 	return outcome{
 		violations: overlaps,
 		summary:    summary,
 		measures:   map[string]int{"overlapping_holders": overlaps},
+		timeline:   tl,
 	}, nil
 }

@@ -33,8 +33,18 @@ var failover = experiment{
 
 const failoverKey = "lock:order:voucher:1:user:42"
 
-// overlapOutcome reports whether B got a lock that A still held.
-func overlapOutcome(bGot bool, yes, no string) outcome {
+// overlapOutcome reports whether B got a lock that A still held, with the
+// timeline of the story: A takes the lock, then what (crash), then B tries.
+func overlapOutcome(bGot bool, what, yes, no string) outcome {
+	tl := newTimeline()
+	tl.take("A")
+	tl.mark(what)
+	if bGot {
+		tl.take("B")
+	} else {
+		tl.mark("B asks: refused")
+	}
+	tl.end()
 	n := 0
 	if bGot {
 		n = 1
@@ -43,7 +53,7 @@ func overlapOutcome(bGot bool, yes, no string) outcome {
 	if bGot {
 		summary = yes
 	}
-	return outcome{violations: n, summary: summary, measures: map[string]int{"overlapping_holders": n}}
+	return outcome{violations: n, summary: summary, measures: map[string]int{"overlapping_holders": n}, timeline: tl}
 }
 
 // redlockAcrossCrash: A takes the lock on five independent servers. One of
@@ -69,7 +79,7 @@ func redlockAcrossCrash(ctx context.Context) (outcome, error) {
 	if err != nil {
 		return outcome{}, err
 	}
-	return overlapOutcome(bGot,
+	return overlapOutcome(bGot, "node 1 crashes, back empty",
 		"B got a majority while A held the lock",
 		"node 1 came back without A's lock; the other four refused B"), nil
 }

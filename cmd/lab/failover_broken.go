@@ -46,7 +46,7 @@ func lockAcrossFailover(ctx context.Context) (outcome, error) {
 	if err != nil {
 		return outcome{}, fmt.Errorf("B: %w", err)
 	}
-	return overlapOutcome(bGot,
+	return overlapOutcome(bGot, "master killed, replica promoted",
 		"the promoted replica never had A's lock; B got it while A held it",
 		"B refused"), nil
 }

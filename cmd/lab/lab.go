@@ -51,6 +51,9 @@ type outcome struct {
 	// measures holds the numbers behind the summary, such as orders
 	// written or buyers refused.
 	measures map[string]int
+	// timeline, for the lock experiments, is who held the lock when
+	// (-svg draws it); nil for the others.
+	timeline *timeline
 }
 
 // MarshalJSON flattens the measures next to violations and summary, so

@@ -24,6 +24,7 @@
 //	go run ./cmd/lab NAME...    # only these
 //	go run ./cmd/lab -list      # names and titles
 //	go run ./cmd/lab -json      # the results as JSON
+//	go run ./cmd/lab -svg DIR   # and a timeline of each lock experiment
 //
 // It exits non-zero if a broken variant showed no damage or a fixed one
 // showed some: the lab itself then has a bug. docs/lab.md tells each
@@ -59,8 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	list := fs.Bool("list", false, "list the experiments and exit")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
+	svgDir := fs.String("svg", "", "write a timeline of each lock experiment, `DIR`/<name>.svg")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: lab [-list] [-json] [NAME...]")
+		fmt.Fprintln(stderr, "usage: lab [-list] [-json] [-svg DIR] [NAME...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -96,6 +98,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		reports = append(reports, r)
 	}
 
+	if *svgDir != "" {
+		if err := writeSVGs(*svgDir, reports); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

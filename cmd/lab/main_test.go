@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -150,5 +153,64 @@ func TestRace(t *testing.T) {
 	})
 	if paused != n-1 || early != 0 {
 		t.Errorf("paused = %d, passed early = %d; want %d and 0", paused, early, n-1)
+	}
+}
+
+// -svg writes, for each lock experiment with a timeline, one well-formed
+// SVG whose red overlap marks are the broken variant's and only those: the
+// fixed variant's timeline has no two holders at once.
+func TestSVGTimelines(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	names := []string{"del-after-expiry", "get-compare-del", "failover", "redlock-restart"}
+	if err := run(t.Context(), append([]string{"-svg", dir}, names...), &stdout, &stderr); err != nil {
+		if strings.Contains(stderr.String(), errNoRedisServer.Error()) && os.Getenv("SECKILL_REQUIRE_INTEGRATION") != "1" {
+			t.Skip(stderr.String())
+		}
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		raw, err := os.ReadFile(filepath.Join(dir, name+".svg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := xml.NewDecoder(bytes.NewReader(raw))
+		overlaps, holds := 0, 0
+		for {
+			tok, err := dec.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s.svg is not well-formed XML: %v", name, err)
+			}
+			if el, ok := tok.(xml.StartElement); ok && el.Name.Local == "rect" {
+				for _, a := range el.Attr {
+					switch {
+					case a.Name.Local == "class" && a.Value == "overlap":
+						overlaps++
+					case a.Name.Local == "class" && a.Value == "hold":
+						holds++
+					}
+				}
+			}
+		}
+		if overlaps == 0 || holds < 3 {
+			t.Errorf("%s.svg: %d overlap marks and %d holds; want the broken variant's overlap drawn", name, overlaps, holds)
+		}
+	}
+	for _, e := range experiments {
+		for _, name := range names {
+			if e.name != name {
+				continue
+			}
+			r, err := runExperiment(t.Context(), e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Broken.timeline.overlaps()) == 0 || len(r.Fixed.timeline.overlaps()) != 0 {
+				t.Errorf("%s: overlaps broken %v, fixed %v; want some, then none", name, r.Broken.timeline.overlaps(), r.Fixed.timeline.overlaps())
+			}
+		}
 	}
 }

@@ -62,11 +62,11 @@ func bareMajority(ctx context.Context, restartNow bool) (outcome, error) {
 		return outcome{}, err
 	}
 	if restartNow {
-		return overlapOutcome(bGot,
+		return overlapOutcome(bGot, "server 3 crashes, back at once",
 			"server 3 came back empty; B got 3 of 5 while A held the lock",
 			"B refused"), nil
 	}
-	return overlapOutcome(bGot,
+	return overlapOutcome(bGot, "server 3 crashes, stays out",
 		"B got a majority while A held the lock",
 		"server 3 sat out its ttl; servers 1 and 2 refused B, no majority"), nil
 }
