@@ -87,11 +87,25 @@ func frozenHolder(ctx context.Context, store storeFunc) (outcome, error) {
 	defer closeDB()
 	locks := lock.NewRedis(rdb)
 
+	// A's lane runs until its write: frozen, it still believes it holds
+	// the lock, in both variants. Only the storage can tell.
+	tl := newTimeline()
+	tl.take("A (token 1)")
 	var errB error
 	errA := sellLocked(ctx, locks, db, 1, store, func() {
 		srv.FastForward(2 * lockTTL) // A is frozen; its lock expires
+		tl.mark("A frozen; its lock expires")
+		tl.take("B (token 2)")
 		errB = sellLocked(ctx, locks, db, 2, store, nothing)
+		tl.drop("B (token 2)")
 	})
+	tl.drop("A (token 1)")
+	if errors.Is(errA, errStaleFence) {
+		tl.mark("A's write refused: token 1 < 2")
+	} else {
+		tl.mark("A's write accepted")
+	}
+	tl.end()
 	refused := 0
 	if errors.Is(errA, errStaleFence) {
 		refused, errA = 1, nil
@@ -117,5 +131,6 @@ func frozenHolder(ctx context.Context, store storeFunc) (outcome, error) {
 		violations: lost,
 		summary:    summary,
 		measures:   map[string]int{"orders": orders, "stock": stock, "stale_writes_refused": refused},
+		timeline:   tl,
 	}, nil
 }

@@ -46,6 +46,10 @@ func deadHolder(ctx context.Context, newMutex func(*redis.Client) redisMutex) (o
 	if _, err := m.lock(ctx, key, lockTTL, func() bool { return true }); !errors.Is(err, errCrashed) {
 		return outcome{}, fmt.Errorf("the holder should have been killed, got %v", err)
 	}
+	tl := newTimeline()
+	tl.take("dead holder's key")
+	tl.mark("its holder dies")
+	keyGone := false
 
 	refused := 0
 	for range newcomers {
@@ -58,10 +62,20 @@ func deadHolder(ctx context.Context, newMutex func(*redis.Client) redisMutex) (o
 		case err != nil:
 			return outcome{}, err
 		}
+		if !keyGone {
+			tl.drop("dead holder's key")
+			keyGone = true
+		}
+		tl.take("newcomers")
 		if err := unlock(ctx, nothing); err != nil {
 			return outcome{}, err
 		}
+		tl.drop("newcomers")
 	}
+	if refused > 0 {
+		tl.mark(fmt.Sprintf("%s refused, one ttl apart", plural(refused, "newcomer")))
+	}
+	tl.end()
 	summary := "the dead holder's lock expired"
 	if refused == newcomers {
 		summary = fmt.Sprintf("still held %d ttls after its holder died", newcomers)
@@ -70,5 +84,6 @@ func deadHolder(ctx context.Context, newMutex func(*redis.Client) redisMutex) (o
 		violations: refused,
 		summary:    summary,
 		measures:   map[string]int{"newcomers": newcomers, "refused": refused},
+		timeline:   tl,
 	}, nil
 }

@@ -52,19 +52,29 @@ func slowJob(ctx context.Context, job jobFunc) (outcome, error) {
 	locks := lock.NewRedis(rdb)
 
 	overlaps := 0
+	tl := newTimeline()
 	var errB error
 	errA := job(ctx, locks, func(workCtx context.Context) error {
+		tl.take("A")
+		defer tl.drop("A")
 		// The lab: A's work runs past its ttl.
 		if err := clk.sleep(workCtx, jobTTL*3/2); err != nil {
 			return err
 		}
+		tl.mark("A's ttl has passed; A still works")
 		// B's timer fires on the other instance while A is still at work.
 		errB = job(ctx, locks, func(context.Context) error {
+			tl.take("B")
+			tl.drop("B")
 			overlaps++
 			return nil
 		})
+		if errB != nil {
+			tl.mark("B refused")
+		}
 		return nil
 	})
+	tl.end()
 	if errors.Is(errB, lock.ErrNotAcquired) {
 		errB = nil
 	}
@@ -80,5 +90,6 @@ func slowJob(ctx context.Context, job jobFunc) (outcome, error) {
 		violations: overlaps,
 		summary:    summary,
 		measures:   map[string]int{"overlapping_holders": overlaps},
+		timeline:   tl,
 	}, nil
 }
