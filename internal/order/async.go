@@ -204,11 +204,12 @@ func (m asyncMode) accepted(ctx context.Context, id int64) (*Order, error) {
 	for k := range found {
 		found[k] = pipe.HGet(ctx, PendingKey(k), strconv.FormatInt(id, 10))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("find pending order %d: %w", id, err)
-	}
+	pipe.Exec(ctx) // each command's own error is read below
 	v := ""
 	for _, f := range found {
+		if err := answered(f); err != nil {
+			return nil, fmt.Errorf("find pending order %d: %w", id, err)
+		}
 		if f.Err() == nil {
 			v = f.Val()
 		}
@@ -278,7 +279,8 @@ func (m asyncMode) quiet(ctx context.Context, voucherID int64) (bool, error) {
 	pipe := s.rdb.Pipeline()
 	queued := pipe.Get(ctx, QueuedKey(voucherID))
 	length := pipe.XLen(ctx, StreamKey(stock.ShardOf(voucherID)))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	pipe.Exec(ctx) // each command's own error is read below
+	if err := errors.Join(answered(queued), answered(length)); err != nil {
 		return false, err
 	}
 	if n, _ := queued.Int64(); n > 0 {
@@ -292,6 +294,17 @@ func (m asyncMode) quiet(ctx context.Context, voucherID int64) (bool, error) {
 		return false, err
 	}
 	return slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == GroupName }), nil
+}
+
+// answered returns cmd's error unless it is redis.Nil (a key that does
+// not exist, which is an answer). A pipeline's Exec reports only its first
+// error: a Nil there would hide a failure of a later command, so each
+// command is asked.
+func answered(cmd redis.Cmder) error {
+	if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	return nil
 }
 
 // IDFloor is the idworker.Floor of order IDs: the highest sequence number

@@ -77,3 +77,27 @@ func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
 	}
 	quiet(true, "only another voucher's order queued")
 }
+
+// A pipeline's Exec reports only its first error. When the first command
+// answers "no such key" (redis.Nil), a failure of a later one must still
+// count: quiet must not say yes because the stream could not be read, and
+// a pending order must not read as absent because one shard failed. Here
+// the failure is the real server's WRONGTYPE, on a stream key made a
+// string.
+func TestQueueReadsSeeEveryCommandsError(t *testing.T) {
+	rdb := testenv.Redis(t, 15)
+	ctx := context.Background()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := asyncMode{&Service{rdb: rdb}}
+	const v = 7
+	rdb.Set(ctx, StreamKey(stock.ShardOf(v)), "not a stream", 0)
+	if q, err := m.quiet(ctx, v); err == nil {
+		t.Fatalf("quiet = %v with its stream unreadable; want an error", q)
+	}
+	rdb.Set(ctx, PendingKey(stock.Shards-1), "not a hash", 0)
+	if o, err := m.accepted(ctx, 42); err == nil {
+		t.Fatalf("accepted = %v with a shard unreadable; want an error", o)
+	}
+}
