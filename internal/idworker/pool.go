@@ -21,9 +21,15 @@ import (
 // day and the seconds tell the days apart, so IDs stay unique however long
 // a number waited in the pool; numbers of a past day are dropped.
 //
-// Numbers reserved and never used are lost (a restart, a new day): gaps in
-// the sequence, harmless. Numbers out in pools are why Seed starts a lost
-// sequence SeedGap above its floor.
+// Numbers reserved and never used are lost (a restart, a new day, a block
+// older than MaxAge): gaps in the sequence, harmless. Numbers out in pools
+// are why Seed starts a lost sequence SeedGap above its floor.
+//
+// A block is used for at most MaxAge. That keeps an ID's seconds close to
+// when its number was reserved, so that the highest sequence number in use
+// is found among the IDs of the last couple of minutes (order.IDFloor
+// reads only those): a number reserved at 8:00 and handed out at 10:30
+// would hide below newer IDs with higher numbers.
 type Pool struct {
 	w      *Worker
 	prefix string
@@ -31,10 +37,15 @@ type Pool struct {
 	seed   func(ctx context.Context, t time.Time) error
 	turn   chan struct{} // one reservation in flight at a time
 
-	mu   sync.Mutex
-	day  int64   // the UTC day (since 1970) of the numbers in free
-	free []int64 // reserved, not handed out; the next one last
+	mu     sync.Mutex
+	day    int64     // the UTC day (since 1970) of the numbers in free
+	filled time.Time // when the numbers in free were reserved
+	free   []int64   // reserved, not handed out; the next one last
 }
+
+// MaxAge is how long reserved numbers are handed out before the rest are
+// dropped (see Pool).
+const MaxAge = time.Minute
 
 // Block is how many sequence numbers a Pool reserves at a time.
 const Block = 128
@@ -81,7 +92,7 @@ func (p *Pool) take() (int64, bool, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if day := dayOf(now); day != p.day {
+	if day := dayOf(now); day != p.day || now.Sub(p.filled) > MaxAge {
 		p.day, p.free = day, p.free[:0]
 	}
 	n := len(p.free)
@@ -110,9 +121,7 @@ func (p *Pool) refill(ctx context.Context) (int64, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if day := dayOf(now); day != p.day {
-		p.day, p.free = day, p.free[:0]
-	}
+	p.day, p.filled, p.free = dayOf(now), now, p.free[:0]
 	for seq := last; seq > first; seq-- {
 		p.free = append(p.free, seq)
 	}

@@ -150,3 +150,27 @@ func TestPoolExhausted(t *testing.T) {
 		t.Fatalf("Next = %d, %v; want ErrSequenceExhausted", id, err)
 	}
 }
+
+// Numbers reserved more than MaxAge ago are dropped, not stamped with a
+// much later second: order.IDFloor looks for the highest sequence number
+// among the IDs of the last two minutes only.
+func TestPoolDropsOldBlocks(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2024, 3, 5, 12, 0, 0, 0, time.UTC)
+	w, c, prefix, rdb := newWorker(t, at)
+	track(t, rdb, idworker.Key(prefix, at))
+	p := w.NewPool(prefix, nil)
+	first, err := p.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.set(at.Add(idworker.MaxAge + time.Second))
+	later, err := p.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s1 := idworker.Parts(first)
+	if _, s2 := idworker.Parts(later); s2 != s1+idworker.Block {
+		t.Fatalf("after MaxAge: sequence %d, want %d (a new block; the old one dropped)", s2, s1+idworker.Block)
+	}
+}

@@ -215,7 +215,12 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 		}
 		switch res {
 		case stock.Taken:
-			id, err := s.pool.Next(ctx)
+			// Bounded like the write that follows: a unit is held now, and
+			// drawing its ID (seeding a lost sequence, at worst) plus the
+			// write must end well within the hold (two thirds of it).
+			ictx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+			id, err := s.pool.Next(ictx)
+			cancel()
 			if err != nil {
 				m.settleFailure(ctx, voucherID, userID, err)
 				return 0, s.idError(err)
@@ -376,9 +381,11 @@ const maxRestores = 2
 // seed starts the day's order-ID sequence (idworker.Seed), for the ID
 // pool when it finds the sequence missing (the sweeper seeds each day
 // ahead, so this is rare: a Redis that lost its keys, a first start). The
-// pool refills one caller at a time, and alone shares an attempt with the
-// sweeper's; across instances the lock makes one of them ask MySQL while
-// the rest wait for it and then find it there.
+// pool refills one caller at a time, and alone shares an attempt among
+// the callers of one instance; across instances the lock makes one of them
+// ask MySQL while the rest wait for it and then find it there. (The
+// sweeper seeds ahead with idworker's Seed directly: SET NX keeps the
+// first of any seeds that race.)
 func (s *Service) seed(ctx context.Context, day time.Time) error {
 	return s.alone(ctx, "seed:"+idworker.Key(orderIDPrefix, day), func(ctx context.Context) error {
 		lk, err := s.locks.Obtain(ctx, "id-seed:"+orderIDPrefix, s.cfg.LockTTL, lock.Wait())
