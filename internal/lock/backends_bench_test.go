@@ -2,16 +2,13 @@ package lock
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +32,7 @@ func BenchmarkContended(b *testing.B) {
 			}
 			return NewRedLock(clients)
 		}},
-		{"mysql", func(b *testing.B) Locker { return NewMySQL(benchMySQL(b, 80)) }},
+		{"mysql", func(b *testing.B) Locker { return NewMySQL(testMySQLPool(b, 80)) }},
 		{"local", func(*testing.B) Locker { return NewLocal() }},
 	}
 	for _, be := range backends {
@@ -91,27 +88,6 @@ func contend(b *testing.B, locker Locker, contenders int) {
 	b.ReportMetric(0, "ns/op") // per pair, across contenders: pairs/s says it better
 }
 
-// benchMySQL is a pool of its own on SECKILL_TEST_MYSQL_DSN, large enough
-// for every contender to hold a connection (GET_LOCK waits on one).
-func benchMySQL(b *testing.B, conns int) *sql.DB {
-	dsn := os.Getenv("SECKILL_TEST_MYSQL_DSN")
-	if dsn == "" {
-		b.Skip("SECKILL_TEST_MYSQL_DSN is not set")
-	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.DBName = ""
-	db, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	db.SetMaxOpenConns(conns)
-	b.Cleanup(func() { db.Close() })
-	return db
-}
-
 // BenchmarkTakeover measures how long a waiter waits for a lock whose
 // holder died without releasing it: on Redis until the key's ttl (1 s
 // here) runs out, on MySQL until the server notices the holder's
@@ -146,8 +122,8 @@ func BenchmarkTakeover(b *testing.B) {
 		})
 	})
 	b.Run("mysql", func(b *testing.B) {
-		waiter := NewMySQL(benchMySQL(b, 4))
-		admin := benchMySQL(b, 1)
+		waiter := NewMySQL(testMySQLPool(b, 4))
+		admin := testMySQLPool(b, 1)
 		var dead []Lock
 		defer func() {
 			for _, lk := range dead {
@@ -155,7 +131,7 @@ func BenchmarkTakeover(b *testing.B) {
 			}
 		}()
 		measure(b, waiter, func(key string) error {
-			holder := benchMySQL(b, 2)
+			holder := testMySQLPool(b, 2)
 			lk, err := NewMySQL(holder).Obtain(ctx, key, ttl)
 			if err != nil {
 				return err

@@ -16,7 +16,11 @@ import (
 // testMySQL returns a pool on the server at SECKILL_TEST_MYSQL_DSN. Named
 // locks need no database, so the DSN's is dropped. The pool is capped: each
 // waiter and holder takes a connection, and the server is shared.
-func testMySQL(t *testing.T) *sql.DB {
+func testMySQL(t testing.TB) *sql.DB { return testMySQLPool(t, 20) }
+
+// testMySQLPool is a pool of its own on SECKILL_TEST_MYSQL_DSN (no
+// database: GET_LOCK needs none) of at most conns connections.
+func testMySQLPool(t testing.TB, conns int) *sql.DB {
 	t.Helper()
 	dsn := os.Getenv("SECKILL_TEST_MYSQL_DSN")
 	if dsn == "" {
@@ -31,7 +35,7 @@ func testMySQL(t *testing.T) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.SetMaxOpenConns(20)
+	db.SetMaxOpenConns(conns)
 	t.Cleanup(func() { db.Close() })
 	if err := db.PingContext(context.Background()); err != nil {
 		t.Fatalf("mysql: %v", err)
