@@ -19,7 +19,10 @@ import (
 // answers "already bought" to the buyer whose unit the first run took, or
 // takes a unit the first one took. sentOnce turns those failures into
 // errors the client does not retry: the caller decides, as it does on one
-// node (take: the sweeper; accept: ask whether it was accepted).
+// node (take: the sweeper; accept: ask whether it was accepted). That holds
+// for single commands, which every script is. A pipeline's commands are
+// re-sent inside go-redis before any hook sees the error; the pipelined
+// commands may run twice, but for stock.Init (README, "Redis Cluster").
 //
 // The cluster client also learns of a failover only when a node says
 // MOVED, or when its slot map is older than ClusterStateReloadInterval (a

@@ -10,8 +10,8 @@
 -- only for an entry still pending, so an entry written twice (claimed by a
 -- second consumer meanwhile) is counted off once.
 --
--- One script touches the stream's keys and the vouchers': on Redis Cluster
--- they are in different slots until the stream is sharded by voucher.
+-- Every key is the shard's: the stream's and its vouchers' share the
+-- shard's hash tag, so on Redis Cluster the script runs in one slot.
 local acked = 0
 for i = 1, #KEYS - 2 do
   if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2 * i]) == 1 then

@@ -65,9 +65,10 @@ var (
 // DefaultConfig is a good start.
 var DefaultConfig = Config{Batch: 500, ClaimIdle: 5 * time.Second, MaxDeliveries: 5}
 
-// Consumer is one consumer of the group that writes the orders stream to
-// MySQL. Each server instance runs one, named so that a restarted instance
-// finds its own unacknowledged entries again.
+// Consumer is one consumer of the group that writes a shard's orders
+// stream to MySQL. Each server instance runs one per shard (NewShards),
+// named so that a restarted instance finds its own unacknowledged entries
+// again.
 //
 // At-least-once: an entry is acknowledged only after its transaction
 // commits, so a crash between the two redelivers it, and writing an entry

@@ -17,8 +17,8 @@
 -- that claimed it meanwhile): XACK answers 1 only once, so the unit is
 -- given back at most once, and the dead letter written once.
 --
--- One script touches the stream's keys and the voucher's: on Redis Cluster
--- they are in different slots until the stream is sharded by voucher.
+-- Every key is the shard's: the stream's and the voucher's share the
+-- shard's hash tag, so on Redis Cluster the script runs in one slot.
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return 0
 end
