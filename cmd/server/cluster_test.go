@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	stockpkg "seckill/internal/stock"
 	"seckill/internal/testenv"
 )
 
@@ -122,4 +125,54 @@ func TestSaleOnRedisCluster(t *testing.T) {
 			}
 		})
 	}
+	// A hot voucher split into three buckets, one on each master, sold by
+	// three instances: its users' homes spread over the buckets, and the
+	// last units sell from whichever bucket still has them.
+	t.Run("sync/buckets", func(t *testing.T) {
+		st := newStack(t, 0)
+		var insts []*instance
+		for range 3 {
+			env := st.env(freeAddr(t), "REDIS_ADDRS", strings.Join(c.Addrs(), ","))
+			delete(env, "REDIS_ADDR")
+			insts = append(insts, start(t, env))
+		}
+		admin, _ := mustLogin(t, insts[0].Base, adminPhone)
+		const stock = 100
+		vid := createVoucher(t, insts[0].Base, admin, stock, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), "buckets", 3)
+		if got := mustCall(t, "GET", insts[1].Base+"/vouchers/"+vid, "", nil); got.Body["buckets"] != 3.0 || got.Body["stock"] != float64(stock) {
+			t.Fatalf("GET the voucher: %s", got.Raw)
+		}
+		id, _ := strconv.ParseInt(vid, 10, 64)
+		masters := map[string]bool{}
+		for b := range 3 {
+			masters[c.MasterOf(t, stockpkg.BucketKeys(id, 3, b).Stock).Addr()] = true
+		}
+		if len(masters) != 3 {
+			t.Errorf("the three buckets are on %d masters, want 3", len(masters))
+		}
+		users := loginMany(t, insts[2].Base, 300)
+		var l ledger
+		rush(&l, insts, users, vid, 2)
+		onlyExpected(t, &l, "sold_out", "already_ordered")
+		won := l.wins(t)
+		if len(won) != stock {
+			t.Errorf("%d users won, want %d", len(won), stock)
+		}
+		s := waitRest(t, testenv.Open(t, st.DSN), rdb, vid, 5*time.Second)
+		checkInvariants(t, s, stock, won)
+		if s.Stock != 0 || s.RedisStock != 0 {
+			t.Errorf("left: MySQL %d, Redis %d; want 0 and 0", s.Stock, s.RedisStock)
+		}
+		// Async mode sells from one bucket: it refuses to make more.
+		env := st.env(freeAddr(t), "REDIS_ADDRS", strings.Join(c.Addrs(), ","), "SECKILL_MODE", "async")
+		delete(env, "REDIS_ADDR")
+		async := start(t, env)
+		r := mustCall(t, "POST", async.Base+"/vouchers", admin, map[string]any{
+			"title": "hot", "stock": 10, "buckets": 2,
+			"begin_time": time.Now().UTC().Format(time.RFC3339), "end_time": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
+		})
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("async instance, buckets 2: %d %s, want 400", r.Status, r.Raw)
+		}
+	})
 }

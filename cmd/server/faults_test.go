@@ -135,12 +135,12 @@ var faultCases = []faultCase{
 	{name: "stock script reply dropped", inject: func(t *testing.T, r *rig) {
 		// The stock script (take.lua, or accept.lua in async mode) is told
 		// apart from the others given the voucher's stock key by its
-		// length: EVALSHA, SHA, key count, 3 keys and 2 arguments (take),
+		// length: EVALSHA, SHA, key count, 4 keys and 2 arguments (take),
 		// or 7 keys and 4 arguments (accept).
 		evalsha := faultproxy.RedisCommand("EVALSHA")
 		fired := r.rd.DropReplyAfter(func(chunk []byte) bool {
 			return evalsha(chunk) && bytes.Contains(chunk, []byte(":stock\r\n")) &&
-				(bytes.HasPrefix(chunk, []byte("*8\r\n")) || bytes.HasPrefix(chunk, []byte("*14\r\n")))
+				(bytes.HasPrefix(chunk, []byte("*9\r\n")) || bytes.HasPrefix(chunk, []byte("*14\r\n")))
 		})
 		select {
 		case <-fired:

@@ -276,12 +276,16 @@ func loginMany(t testing.TB, base string, n int) []user {
 }
 
 // createVoucher creates a voucher on sale from begin to end.
-func createVoucher(t testing.TB, base, adminToken string, stock int, begin, end time.Time) string {
+func createVoucher(t testing.TB, base, adminToken string, stock int, begin, end time.Time, extra ...any) string {
 	t.Helper()
-	r := mustCall(t, "POST", base+"/vouchers", adminToken, map[string]any{
+	body := map[string]any{
 		"title": "test voucher", "stock": stock,
 		"begin_time": begin.UTC().Format(time.RFC3339), "end_time": end.UTC().Format(time.RFC3339),
-	})
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		body[extra[i].(string)] = extra[i+1]
+	}
+	r := mustCall(t, "POST", base+"/vouchers", adminToken, body)
 	if r.Status != http.StatusCreated {
 		t.Fatalf("create voucher: %d %s", r.Status, r.Raw)
 	}

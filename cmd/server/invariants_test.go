@@ -93,11 +93,13 @@ func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID s
 	vid, _ := strconv.ParseInt(voucherID, 10, 64)
 	var s storeState
 	var rows []struct{ ID, UserID int64 }
+	var buckets int
 	// One snapshot for both reads: read apart, a batch committing between
 	// them shows its orders but not its stock, and the sum is off by the
 	// batch. InnoDB's REPEATABLE READ fixes the snapshot at the first read.
 	err := db.Transaction(func(tx *gorm.DB) error {
-		if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ?", vid).Scan(&s.Stock).Error; err != nil {
+		row := tx.Raw("SELECT stock, buckets FROM vouchers WHERE id = ?", vid).Row()
+		if err := row.Scan(&s.Stock, &buckets); err != nil {
 			return err
 		}
 		return tx.Raw("SELECT id, user_id FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows).Error
@@ -110,13 +112,19 @@ func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID s
 		s.Orders[strconv.FormatInt(r.ID, 10)] = r.UserID
 		s.Users[r.UserID]++
 	}
-	k := stock.KeysOf(vid)
-	n, err := rdb.Get(ctx, k.Stock).Int64()
-	s.RedisStock, s.RedisExists = n, err == nil
-	if err != nil && err != redis.Nil {
-		s.RedisErr = err
+	// A bucketed voucher: the sum over its buckets, and every bucket's
+	// holds and claims.
+	s.RedisExists = true
+	for b := range buckets {
+		k := stock.BucketKeys(vid, buckets, b)
+		n, err := rdb.Get(ctx, k.Stock).Int64()
+		s.RedisStock += n
+		s.RedisExists = s.RedisExists && err == nil
+		if err != nil && err != redis.Nil {
+			s.RedisErr = err
+		}
+		s.Holds += rdb.ZCard(ctx, k.Holds).Val() + rdb.ZCard(ctx, k.Claims).Val()
 	}
-	s.Holds = rdb.ZCard(ctx, k.Holds).Val()
 	return s
 }
 

@@ -184,7 +184,7 @@ func TestMetricsCountASale(t *testing.T) {
 				t.Fatal(err)
 			}
 			id2, _ := strconv.ParseInt(vid2, 10, 64)
-			if res, err := stock.NewStore(rdb, 3*time.Second).Take(ctx, id2, 1<<40); err != nil || res != stock.Taken {
+			if _, res, err := stock.NewStore(rdb, 3*time.Second).Take(ctx, id2, 1, 1<<40); err != nil || res != stock.Taken {
 				t.Fatalf("take a unit as a request that then dies: %v %v", res, err)
 			}
 

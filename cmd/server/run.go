@@ -391,6 +391,9 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	}
 	authSvc := auth.NewService(st.db, st.rdb, tokens, cfg.AdminPhones, sender, cfg.AuthLimits)
 	vouchers := voucher.NewService(st.db, stocks, native, now, log)
+	if cfg.Mode == "async" {
+		vouchers.LimitBuckets(1)
+	}
 	// One registry per app, never Prometheus' global one: the tests run
 	// several servers in one process.
 	m := metrics.New(log)

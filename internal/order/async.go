@@ -17,6 +17,7 @@ import (
 	"seckill/internal/apperr"
 	"seckill/internal/idworker"
 	"seckill/internal/stock"
+	"seckill/internal/voucher"
 )
 
 // Async mode: the request path never waits for MySQL. One Lua script takes
@@ -45,8 +46,14 @@ type asyncMode struct{ *Service }
 
 // place is guard 2 of async mode: take the unit and queue the order in one
 // step. There is no hold: the stream entry is the record of the unit taken.
-func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, error) {
+func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (int64, error) {
 	s := m.Service
+	voucherID := v.ID
+	if v.Parts() > 1 {
+		// Made by an instance in sync mode (async ones refuse to): its
+		// units lie in several slots, and accept.lua sees one.
+		return 0, apperr.Down(fmt.Errorf("voucher %d is split into %d buckets, which async mode does not sell", voucherID, v.Parts()))
+	}
 	// The ID is drawn first, from the instance's pool (most often without
 	// a round trip), because the script records the order under it; if
 	// the order is not accepted the ID goes back to the pool.
@@ -87,7 +94,7 @@ func (m asyncMode) place(ctx context.Context, voucherID, userID int64) (int64, e
 		case acceptVoided:
 			return 0, apperr.Down(errors.New("accept order: declared lost before it ran"))
 		case stock.Missing:
-			if err := s.restore(ctx, voucherID, attempt); err != nil {
+			if err := s.restore(ctx, voucherID, 1, attempt); err != nil {
 				s.pool.Return(id)
 				return 0, err
 			}

@@ -207,7 +207,7 @@ func (s *Service) replay(ctx context.Context, d deadLetter) (Replayed, error) {
 			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", pub.ID, err))
 		}
 		if code == replayNoStock {
-			if err := s.restore(ctx, o.VoucherID, attempt); err != nil {
+			if err := s.restore(ctx, o.VoucherID, 1, attempt); err != nil {
 				return r, err
 			}
 			continue

@@ -91,9 +91,9 @@ type Service struct {
 // Everything else (the window, the memories, reloading Redis, the sweeper)
 // is theirs in common, and asks the mode where the two differ.
 type mode interface {
-	// place takes a unit of voucherID for userID, makes it an order (or
-	// gives it back), and returns the order's ID.
-	place(ctx context.Context, voucherID, userID int64) (int64, error)
+	// place takes a unit of v for userID, makes it an order (or gives it
+	// back), and returns the order's ID.
+	place(ctx context.Context, v *voucher.Voucher, userID int64) (int64, error)
 	// accepted returns an order taken but not yet a row, or nil.
 	accepted(ctx context.Context, id int64) (*Order, error)
 	// stockAt reads, as of one moment, the units of voucherID left and its
@@ -153,7 +153,7 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	if s.knownBuyer(voucherID, userID) {
 		return 0, ErrAlreadyOrdered
 	}
-	return s.mode.place(ctx, voucherID, userID)
+	return s.mode.place(ctx, v, userID)
 }
 
 // syncMode writes the order row before the request answers: a 200 is a
@@ -161,11 +161,12 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 type syncMode struct{ *Service }
 
 // place is sync mode's way from a unit of stock to an order row.
-func (m syncMode) place(ctx context.Context, voucherID, userID int64) (int64, error) {
+func (m syncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (int64, error) {
 	s := m.Service
+	voucherID := v.ID
 	// Guard 2: take a unit in Redis, atomically with the stock and
 	// one-per-user checks. Most requests of a flash sale end here.
-	id, err := m.take(ctx, voucherID, userID)
+	h, id, err := m.take(ctx, v, userID)
 	if err != nil {
 		return 0, err
 	}
@@ -177,7 +178,7 @@ func (m syncMode) place(ctx context.Context, voucherID, userID int64) (int64, er
 	id, outcome, err := m.write(ctx, voucherID, userID, id)
 	switch outcome {
 	case NotWritten:
-		m.settleFailure(ctx, voucherID, userID, err)
+		m.settleFailure(ctx, h, err)
 		if errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) {
 			return 0, err
 		}
@@ -191,7 +192,7 @@ func (m syncMode) place(ctx context.Context, voucherID, userID int64) (int64, er
 	// Close the hold. The order is committed whatever happens here: if
 	// Redis fails now, the Sweeper finds the expired hold, sees the row,
 	// and closes it then.
-	if _, err := s.stocks.Confirm(context.WithoutCancel(ctx), voucherID, userID); err != nil {
+	if _, err := s.stocks.Confirm(context.WithoutCancel(ctx), h); err != nil {
 		s.log.WarnContext(ctx, "confirm hold; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
 	}
 	s.rememberBuyer(voucherID, userID, true)
@@ -201,17 +202,18 @@ func (m syncMode) place(ctx context.Context, voucherID, userID int64) (int64, er
 // take runs the stock script, reloading the voucher's stock from MySQL if
 // Redis lost it, then draws the order's ID: only for the requests that
 // took a unit, so the rejected majority never touches the ID pool.
-func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, error) {
+func (m syncMode) take(ctx context.Context, v *voucher.Voucher, userID int64) (stock.Hold, int64, error) {
 	s := m.Service
+	voucherID := v.ID
 	for attempt := 0; ; attempt++ {
 		// Timed with the real clock, not s.now: a latency is not a date.
 		start := time.Now()
-		res, err := s.stocks.Take(ctx, voucherID, userID)
+		h, res, err := s.stocks.Take(ctx, voucherID, v.Parts(), userID)
 		s.obs.Stage(StageStock, time.Since(start))
 		if err != nil {
 			// Nothing taken; or, if only the reply was lost, a unit under
 			// a hold that the sweeper gives back.
-			return 0, apperr.Down(err)
+			return h, 0, apperr.Down(err)
 		}
 		switch res {
 		case stock.Taken:
@@ -222,28 +224,28 @@ func (m syncMode) take(ctx context.Context, voucherID, userID int64) (int64, err
 			id, err := s.pool.Next(ictx)
 			cancel()
 			if err != nil {
-				m.settleFailure(ctx, voucherID, userID, err)
-				return 0, s.idError(err)
+				m.settleFailure(ctx, h, err)
+				return h, 0, s.idError(err)
 			}
-			return id, nil
+			return h, id, nil
 		case stock.SoldOut:
 			s.rememberSoldOut(voucherID)
-			return 0, ErrSoldOut
+			return h, 0, ErrSoldOut
 		case stock.SoldOutForNow:
-			return 0, ErrSoldOut
+			return h, 0, ErrSoldOut
 		case stock.AlreadyBought:
 			s.rememberBuyer(voucherID, userID, true)
-			return 0, ErrAlreadyOrdered
+			return h, 0, ErrAlreadyOrdered
 		case stock.AlreadyBuying:
-			return 0, busyRetry() // the other request may yet fail: try again
+			return h, 0, busyRetry() // the other request may yet fail: try again
 		case stock.Missing:
 			// Redis was flushed or restarted.
-			if err := s.restore(ctx, voucherID, attempt); err != nil {
-				return 0, err
+			if err := s.restore(ctx, voucherID, v.Parts(), attempt); err != nil {
+				return h, 0, err
 			}
 			continue
 		}
-		return 0, fmt.Errorf("take stock: unknown answer %d from the script", res)
+		return h, 0, fmt.Errorf("take stock: unknown answer %d from the script", res)
 	}
 }
 
@@ -332,23 +334,23 @@ func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64
 //   - sold out in MySQL: Redis counted a unit MySQL does not have (it
 //     drifted), so the unit is dropped, not given back to be sold again;
 //   - anything else: the unit goes back and the user may try again.
-func (m syncMode) settleFailure(ctx context.Context, voucherID, userID int64, cause error) {
+func (m syncMode) settleFailure(ctx context.Context, h stock.Hold, cause error) {
 	s := m.Service
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	var err error
 	switch {
 	case errors.Is(cause, ErrSoldOut):
-		err = s.stocks.Drop(ctx, voucherID, userID)
+		err = s.stocks.Drop(ctx, h)
 	case errors.Is(cause, ErrAlreadyOrdered):
-		_, err = s.stocks.GiveBack(ctx, voucherID, userID, false)
+		_, err = s.stocks.GiveBack(ctx, h, false)
 	default:
-		_, err = s.stocks.GiveBack(ctx, voucherID, userID, true)
+		_, err = s.stocks.GiveBack(ctx, h, true)
 	}
 	if err != nil {
 		// The hold is still in Redis; the Sweeper gives the unit back
 		// when it expires.
-		s.log.WarnContext(ctx, "give back stock; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
+		s.log.WarnContext(ctx, "give back stock; the sweeper will", "voucher", h.Voucher, "user", h.User, "err", err)
 	}
 }
 
@@ -369,11 +371,11 @@ func (syncMode) quiet(context.Context, int64) (bool, error) { return true, nil }
 // (Redis was flushed or restarted). attempt counts the tries; two are
 // allowed: more than that, and Redis is losing its keys faster than they
 // are put back.
-func (s *Service) restore(ctx context.Context, voucherID int64, attempt int) error {
+func (s *Service) restore(ctx context.Context, voucherID int64, buckets, attempt int) error {
 	if attempt == maxRestores {
 		return apperr.Down(fmt.Errorf("keys of voucher %d still missing after restoring them", voucherID))
 	}
-	return s.reload(ctx, voucherID)
+	return s.reload(ctx, voucherID, buckets)
 }
 
 const maxRestores = 2
@@ -401,21 +403,21 @@ func (s *Service) seed(ctx context.Context, day time.Time) error {
 // may find the key missing at once: as with seed, they share one attempt
 // per instance, and the lock makes one instance read MySQL while the rest
 // wait for it (without polling) and then find the key there.
-func (s *Service) reload(ctx context.Context, voucherID int64) error {
+func (s *Service) reload(ctx context.Context, voucherID int64, buckets int) error {
 	return s.alone(ctx, "reload:"+strconv.FormatInt(voucherID, 10), func(ctx context.Context) error {
 		lk, err := s.locks.Obtain(ctx, "stock-reload:"+strconv.FormatInt(voucherID, 10), s.cfg.LockTTL, lock.Wait())
 		if err != nil {
 			return apperr.Down(fmt.Errorf("lock reload of voucher %d: %w", voucherID, err))
 		}
 		defer lk.Release(context.WithoutCancel(ctx))
-		if _, ok, err := s.stocks.Left(ctx, voucherID); err != nil || ok {
+		if _, ok, err := s.stocks.Left(ctx, voucherID, buckets); err != nil || ok {
 			return apperr.Down(err) // nil if another instance reloaded it
 		}
 		left, buyers, err := s.mode.stockAt(ctx, voucherID)
 		if err != nil {
 			return apperr.Down(err)
 		}
-		if _, err := s.stocks.Load(ctx, voucherID, left, buyers); err != nil {
+		if _, err := s.stocks.Load(ctx, voucherID, buckets, left, buyers); err != nil {
 			return apperr.Down(err)
 		}
 		s.log.InfoContext(ctx, "reloaded stock from MySQL", "voucher", voucherID, "stock", left, "buyers", len(buyers))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"seckill/internal/stock"
@@ -16,7 +17,7 @@ import (
 //
 // For each expired hold it asks MySQL whether the order row exists: if it
 // does, the process died after COMMIT and only the hold is closed; if not,
-// the unit goes back on sale. Reclaim re-checks the deadline inside Redis,
+// the unit goes back on sale. Settle re-checks the deadline inside Redis,
 // so a hold renewed meanwhile is left alone, and a unit is never returned
 // twice, however many instances sweep at once.
 func (s *Service) Sweep(ctx context.Context) error {
@@ -61,44 +62,47 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 	} else if err != nil {
 		return err
 	}
-	users, err := s.stocks.Expired(ctx, voucherID, 500)
+	lapses, err := s.stocks.Expired(ctx, voucherID, v.Parts(), 500)
 	if err != nil {
 		return err
 	}
-	if len(users) > 0 {
+	if len(lapses) > 0 {
+		// A user may have two entries: a claim in their home bucket and
+		// the hold of the unit taken in another.
+		users := make([]int64, 0, len(lapses))
+		for _, l := range lapses {
+			if !slices.Contains(users, l.User) {
+				users = append(users, l.User)
+			}
+		}
 		have, err := s.ordersOf(ctx, voucherID, users)
 		if err != nil {
 			return err
 		}
-		for _, u := range users {
-			id, known := have[u]
+		for _, l := range lapses {
+			id, known := have[l.User]
 			if !known {
 				continue // MySQL could not tell: next round
 			}
-			if id != 0 {
-				_, err = s.stocks.Confirm(ctx, voucherID, u)
-			} else {
-				var back bool
-				back, err = s.stocks.Reclaim(ctx, voucherID, u)
-				if back {
-					s.obs.Reclaimed()
-					s.log.InfoContext(ctx, "reclaimed stock of an abandoned request", "voucher", voucherID, "user", u)
-				}
-			}
+			back, err := s.stocks.Settle(ctx, voucherID, v.Parts(), l, id != 0)
 			if err != nil {
 				return err
+			}
+			if back {
+				s.obs.Reclaimed()
+				s.log.InfoContext(ctx, "reclaimed stock of an abandoned request", "voucher", voucherID, "user", l.User)
 			}
 		}
 	}
 	if s.now().After(v.EndTime.Add(time.Hour)) {
 		// An hour after the sale: no request can still hold a unit (holds
 		// expired long ago), so the voucher leaves the sweeper's list.
-		if len(users) == 0 {
-			return s.stocks.Forget(ctx, voucherID, 24*time.Hour, AcceptedKey(voucherID), QueuedKey(voucherID))
+		if len(lapses) == 0 {
+			return s.stocks.Forget(ctx, voucherID, v.Parts(), 24*time.Hour, AcceptedKey(voucherID), QueuedKey(voucherID))
 		}
 		return nil
 	}
-	fixed, err := s.stocks.Reconcile(ctx, voucherID, func(ctx context.Context) (int64, error) {
+	fixed, err := s.stocks.Reconcile(ctx, voucherID, v.Parts(), func(ctx context.Context) (int64, error) {
 		// Orders on their way hold units MySQL does not show yet:
 		// compare only when all of this voucher's are written.
 		if quiet, err := s.mode.quiet(ctx, voucherID); err != nil || !quiet {

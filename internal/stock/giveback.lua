@@ -1,11 +1,14 @@
--- Give back the unit a user's hold took.
+-- Give back the unit a user's hold took, or close a user's claim.
 --
--- KEYS[1] stock, KEYS[2] buyers, KEYS[3] holds
+-- KEYS[1] stock, KEYS[2] buyers, KEYS[3] holds (or claims: see ARGV[4])
 -- ARGV[1] user ID
 -- ARGV[2] '1': forget the user as a buyer too; '0': the user really holds
 --         an order (the unique index said so), so keep them remembered
 -- ARGV[3] '1': only if the hold has expired (the sweeper reclaiming what
 --         a dead process took); '0': at once (the request itself failed)
+-- ARGV[4] '1': KEYS[3] holds units, and the unit goes back; '0': KEYS[3]
+--         is the claims of a bucketed voucher's home bucket, whose units
+--         are elsewhere (buckets.go)
 --
 -- Returns 1 if the unit went back, 0 if there was no such hold (already
 -- given back or confirmed, or lost with a Redis flush). Removing the hold
@@ -23,7 +26,7 @@ if ARGV[3] == '1' then
   end
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('INCR', KEYS[1])
 end
 if ARGV[2] == '1' then

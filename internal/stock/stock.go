@@ -2,7 +2,7 @@
 // flash sale's thousands of requests a second can be answered without
 // touching MySQL.
 //
-// Per voucher it keeps three keys, all with the hash tag of the voucher's
+// Per voucher it keeps these keys, all with the hash tag of the voucher's
 // shard (shard.go) so that they live in one Redis Cluster slot and one Lua
 // script may touch them all, with the other keys of that shard (async
 // mode's stream of orders):
@@ -11,12 +11,17 @@
 //	seckill:{s7.43}:v7:buyers  users who took a unit (one order per user)
 //	seckill:{s7.43}:v7:holds   user -> deadline: units taken whose order
 //	                           row is not written yet
+//	seckill:{s7.43}:v7:claims  user -> deadline: buyers whose unit came
+//	                           from another bucket (empty unless split)
+//
+// A hot voucher may be split into buckets, each a set of these keys in a
+// slot of its own (buckets.go).
 //
 // A request takes a unit with Take. Once its order row is committed it calls
 // Confirm; if anything fails it calls GiveBack. A hold is what makes the
 // unit recoverable when the process dies in between (SIGKILL, OOM, power):
 // the Sweeper in package order finds expired holds with Expired and returns
-// their units with Reclaim, unless the order row exists after all.
+// their units with Settle, unless the order row exists after all.
 //
 // MySQL stays the truth. Redis may lose keys (a flush, a restart without
 // persistence): Take then reports Missing and the caller reloads the voucher
@@ -28,6 +33,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -67,17 +73,29 @@ var (
 	//go:embed reconcile.lua
 	reconcileSrc    string
 	reconcileScript = redis.NewScript(reconcileSrc)
+
+	//go:embed unit.lua
+	unitSrc    string
+	unitScript = redis.NewScript(unitSrc)
+
+	//go:embed claim.lua
+	claimSrc    string
+	claimScript = redis.NewScript(claimSrc)
 )
 
-// Keys names one voucher's keys.
+// Keys names one voucher's keys (or one bucket's: see buckets.go).
 type Keys struct {
 	Stock, Buyers, Holds string
+	// Claims: user -> deadline, buyers of a bucketed voucher whose unit
+	// came from another bucket than their home. Always empty with one
+	// bucket.
+	Claims string
 }
 
-// KeysOf builds the keys of voucher id. This is the only place that
-// spells them.
+// KeysOf builds the keys of voucher id, of a voucher in one bucket. This
+// and BucketKeys are the only places that spell them.
 func KeysOf(id int64) Keys {
-	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds")}
+	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims")}
 }
 
 // KeyOf names another key of voucher id, in the same Redis Cluster slot as
@@ -86,12 +104,16 @@ func KeyOf(id int64, name string) string {
 	return ShardKey(ShardOf(id), "v"+strconv.FormatInt(id, 10)+":"+name)
 }
 
-func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Holds} }
+func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Holds, k.Claims} }
 
 // indexKey lists the vouchers that have stock keys, for the sweeper.
 const indexKey = "seckill:vouchers"
 
 // Store reads and changes stock in Redis. It is safe for concurrent use.
+//
+// Every method takes the voucher's bucket count n (1 for a voucher not
+// split: see buckets.go); all instances must agree on it, so it is part of
+// the voucher's row in MySQL.
 type Store struct {
 	rdb  redis.UniversalClient
 	hold time.Duration
@@ -104,50 +126,131 @@ func NewStore(rdb redis.UniversalClient, hold time.Duration) *Store {
 	return &Store{rdb: rdb, hold: hold}
 }
 
-// Take takes one unit for user if there is stock and user has not taken
-// one, and records a hold, in one round trip.
-func (s *Store) Take(ctx context.Context, voucherID, userID int64) (Result, error) {
-	code, err := takeScript.Run(ctx, s.rdb, KeysOf(voucherID).all(), userID, s.hold.Milliseconds()).Int()
+// A Hold is a unit Take took for a user: which bucket it came from, and
+// the user's home bucket, where they are remembered as a buyer. With one
+// bucket both are 0.
+type Hold struct {
+	Voucher, User int64
+	Buckets       int // the voucher's
+	Home, From    int
+}
+
+// Take takes one unit of voucherID (of n buckets) for user if there is
+// stock and user has not taken one, and records a hold: in one round trip,
+// or, when the user's home bucket is empty, one per bucket asked and one
+// to claim the user at home.
+func (s *Store) Take(ctx context.Context, voucherID int64, n int, userID int64) (Hold, Result, error) {
+	n = max(n, 1)
+	h := Hold{Voucher: voucherID, User: userID, Buckets: n, Home: Home(userID, n)}
+	h.From = h.Home
+	res, err := s.run(ctx, takeScript, BucketKeys(voucherID, n, h.Home).all(), userID, s.hold.Milliseconds())
+	if n == 1 || err != nil || (res != SoldOut && res != SoldOutForNow) {
+		return h, res, err
+	}
+	// Home is empty: the next bucket with a unit, then the claim at home.
+	forNow := res == SoldOutForNow
+	for i := 1; i < n; i++ {
+		b := (h.Home + i) % n
+		k := BucketKeys(voucherID, n, b)
+		res, err := s.run(ctx, unitScript, []string{k.Stock, k.Holds}, userID, s.hold.Milliseconds())
+		switch {
+		case err != nil:
+			return h, 0, err
+		case res == Taken:
+			h.From = b
+			return s.claim(ctx, h)
+		case res == SoldOutForNow:
+			forNow = true
+		case res != SoldOut:
+			return h, res, nil // Missing, AlreadyBuying
+		}
+	}
+	if forNow {
+		return h, SoldOutForNow, nil
+	}
+	return h, SoldOut, nil
+}
+
+// claim remembers h's user as a buyer in their home bucket, for the unit
+// h took in another; if that fails, the unit goes back.
+func (s *Store) claim(ctx context.Context, h Hold) (Hold, Result, error) {
+	res, err := s.run(ctx, claimScript, BucketKeys(h.Voucher, h.Buckets, h.Home).all(), h.User, s.hold.Milliseconds())
+	if err == nil && res == Taken {
+		return h, Taken, nil
+	}
+	// Already bought or buying, the home keys lost, or Redis failed (the
+	// claim may have been made: then it expires, and the sweeper forgets
+	// the buyer, there being no order).
+	if _, gerr := s.giveBackUnit(ctx, h, false); gerr != nil {
+		err = errors.Join(err, gerr)
+	}
+	return h, res, err
+}
+
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (Result, error) {
+	code, err := script.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("take stock of voucher %d: %w", voucherID, err)
+		return 0, fmt.Errorf("stock script on %s: %w", keys[0], err)
 	}
 	return Result(code), nil
 }
 
-// Confirm closes user's hold once the order row is committed, and makes
-// sure the user is remembered as a buyer (a reload from MySQL may have
-// happened while the order was being written). It reports whether the hold
-// was still open.
-func (s *Store) Confirm(ctx context.Context, voucherID, userID int64) (bool, error) {
-	k := KeysOf(voucherID)
-	pipe := s.rdb.TxPipeline()
-	removed := pipe.ZRem(ctx, k.Holds, userID)
-	pipe.SAdd(ctx, k.Buyers, userID)
+// Confirm closes h once its order row is committed, and makes sure the
+// user is remembered as a buyer (a reload from MySQL may have happened
+// while the order was being written). It reports whether the hold was
+// still open.
+func (s *Store) Confirm(ctx context.Context, h Hold) (bool, error) {
+	home, from := s.keys(h)
+	// One MULTI when all keys share a slot; a plain pipeline when the unit
+	// came from another bucket's.
+	pipe := s.rdb.Pipeline()
+	if h.From == h.Home {
+		pipe = s.rdb.TxPipeline()
+	}
+	removed := pipe.ZRem(ctx, from.Holds, h.User)
+	if h.From != h.Home {
+		pipe.ZRem(ctx, home.Claims, h.User)
+	}
+	pipe.SAdd(ctx, home.Buyers, h.User)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", userID, voucherID, err)
+		return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
 	}
 	return removed.Val() == 1, nil
 }
 
-// GiveBack returns the unit user's hold took, after the request failed.
-// forget says whether to forget the user as a buyer: not when the failure
-// was that the user already holds an order. It reports whether a unit went
-// back (false: the hold was already gone).
-func (s *Store) GiveBack(ctx context.Context, voucherID, userID int64, forget bool) (bool, error) {
-	return s.giveBack(ctx, voucherID, userID, forget, false)
+func (s *Store) keys(h Hold) (home, from Keys) {
+	return BucketKeys(h.Voucher, h.Buckets, h.Home), BucketKeys(h.Voucher, h.Buckets, h.From)
 }
 
-// Reclaim returns the unit of user's hold if the hold has expired: the
-// process that took it died or stalled before writing the order, and the
-// caller checked that no order row exists.
-func (s *Store) Reclaim(ctx context.Context, voucherID, userID int64) (bool, error) {
-	return s.giveBack(ctx, voucherID, userID, true, true)
+// GiveBack returns the unit h took, after the request failed. forget says
+// whether to forget the user as a buyer: not when the failure was that the
+// user already holds an order. It reports whether a unit went back (false:
+// the hold was already gone).
+func (s *Store) GiveBack(ctx context.Context, h Hold, forget bool) (bool, error) {
+	if h.From == h.Home {
+		k := BucketKeys(h.Voucher, h.Buckets, h.Home)
+		return s.giveBack(ctx, k, k.Holds, h.User, forget, false, true)
+	}
+	back, err := s.giveBackUnit(ctx, h, false)
+	home := BucketKeys(h.Voucher, h.Buckets, h.Home)
+	if _, cerr := s.giveBack(ctx, home, home.Claims, h.User, forget, false, false); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	return back, err
 }
 
-func (s *Store) giveBack(ctx context.Context, voucherID, userID int64, forget, onlyExpired bool) (bool, error) {
-	n, err := givebackScript.Run(ctx, s.rdb, KeysOf(voucherID).all(), userID, flag(forget), flag(onlyExpired)).Int()
+// giveBackUnit returns the unit of a hold in a bucket other than the
+// user's home, leaving the claim at home alone.
+func (s *Store) giveBackUnit(ctx context.Context, h Hold, onlyExpired bool) (bool, error) {
+	k := BucketKeys(h.Voucher, h.Buckets, h.From)
+	return s.giveBack(ctx, k, k.Holds, h.User, false, onlyExpired, true)
+}
+
+// giveBack runs giveback.lua on entries (k's holds or claims).
+func (s *Store) giveBack(ctx context.Context, k Keys, entries string, userID int64, forget, onlyExpired, unit bool) (bool, error) {
+	n, err := givebackScript.Run(ctx, s.rdb, []string{k.Stock, k.Buyers, entries}, userID, flag(forget), flag(onlyExpired), flag(unit)).Int()
 	if err != nil {
-		return false, fmt.Errorf("give back stock of voucher %d: %w", voucherID, err)
+		return false, fmt.Errorf("give back on %s: %w", entries, err)
 	}
 	return n == 1, nil
 }
@@ -159,23 +262,84 @@ func flag(b bool) string {
 	return "0"
 }
 
-// Expired lists up to limit users whose holds on voucher have expired.
-func (s *Store) Expired(ctx context.Context, voucherID int64, limit int) ([]int64, error) {
-	k := KeysOf(voucherID)
-	members, err := expiredScript.Run(ctx, s.rdb, []string{k.Holds}, limit).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("list expired holds of voucher %d: %w", voucherID, err)
-	}
-	return parseIDs(members)
+// A Lapse is an expired hold or claim: a request that took a unit (or
+// claimed a buyer) and neither confirmed nor gave it back in time.
+type Lapse struct {
+	User   int64
+	Bucket int
+	Claim  bool // a claim in the user's home bucket, not a unit's hold
 }
 
-// Init sets a new voucher's stock and lists it for the sweeper.
-func (s *Store) Init(ctx context.Context, voucherID, stock int64) error {
-	k := KeysOf(voucherID)
-	// A plain pipeline, not MULTI: the index lives in another cluster slot.
+// Expired lists up to limit expired holds and claims of each of
+// voucherID's n buckets.
+func (s *Store) Expired(ctx context.Context, voucherID int64, n, limit int) ([]Lapse, error) {
+	var out []Lapse
+	for b := range max(n, 1) {
+		k := BucketKeys(voucherID, n, b)
+		lists, err := expiredScript.Run(ctx, s.rdb, []string{k.Holds, k.Claims}, limit).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("list expired holds of voucher %d: %w", voucherID, err)
+		}
+		for i, list := range lists {
+			members, _ := list.([]any)
+			for _, m := range members {
+				str, _ := m.(string)
+				id, err := strconv.ParseInt(str, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("stock: malformed user ID %q in %s", str, k.Holds)
+				}
+				out = append(out, Lapse{User: id, Bucket: b, Claim: i == 1})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Settle closes an expired hold or claim of voucherID (of n buckets) once
+// the caller asked MySQL whether the user's order exists. ordered: the
+// process died after COMMIT; the entry is closed and the user stays a
+// buyer. Not ordered: the unit goes back on sale (for a hold) and the user
+// is forgotten as a buyer (in their home bucket), but only if the entry
+// is still expired by Redis' clock: a unit goes back at most once, however
+// many sweep. It reports whether a unit went back.
+func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, ordered bool) (bool, error) {
+	k := BucketKeys(voucherID, n, l.Bucket)
+	home := l.Bucket == Home(l.User, n)
+	if !ordered {
+		entries := k.Holds
+		if l.Claim {
+			entries = k.Claims
+		}
+		back, err := s.giveBack(ctx, k, entries, l.User, home, true, !l.Claim)
+		return back && !l.Claim, err
+	}
+	pipe := s.rdb.TxPipeline()
+	if l.Claim {
+		pipe.ZRem(ctx, k.Claims, l.User)
+	} else {
+		pipe.ZRem(ctx, k.Holds, l.User)
+	}
+	if home {
+		pipe.SAdd(ctx, k.Buyers, l.User)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("close hold of user %d on voucher %d: %w", l.User, voucherID, err)
+	}
+	return false, nil
+}
+
+// Init sets a new voucher's stock, split evenly over its n buckets, and
+// lists it for the sweeper.
+func (s *Store) Init(ctx context.Context, voucherID, stock int64, n int) error {
+	n = max(n, 1)
+	// A plain pipeline, not MULTI: the index and the buckets live in other
+	// cluster slots.
 	pipe := s.rdb.Pipeline()
-	pipe.Del(ctx, k.Buyers, k.Holds)
-	pipe.Set(ctx, k.Stock, stock, 0)
+	for b := range n {
+		k := BucketKeys(voucherID, n, b)
+		pipe.Del(ctx, k.Buyers, k.Holds, k.Claims)
+		pipe.Set(ctx, k.Stock, share(stock, n, b), 0)
+	}
 	pipe.SAdd(ctx, indexKey, voucherID)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("init stock of voucher %d: %w", voucherID, err)
@@ -183,36 +347,105 @@ func (s *Store) Init(ctx context.Context, voucherID, stock int64) error {
 	return nil
 }
 
-// Load rebuilds a voucher's keys from the database's figures after they
-// were lost, unless another instance already did. Buyers go in first and
-// the stock last: until the stock key exists every Take answers Missing, so
-// no request is judged against a half-loaded set. It reports whether it
+// share is bucket b's share of units split over n buckets: the remainder
+// goes one each to the first buckets.
+func share(units int64, n, b int) int64 {
+	s := units / int64(n)
+	if int64(b) < units%int64(n) {
+		s++
+	}
+	return s
+}
+
+// bucketState reads each bucket's stock (-1: key missing) and open holds
+// and claims.
+func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks []int64, open int64, err error) {
+	pipe := s.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, n)
+	cards := make([]*redis.IntCmd, 0, 2*n)
+	for b := range n {
+		k := BucketKeys(voucherID, n, b)
+		gets[b] = pipe.Get(ctx, k.Stock)
+		cards = append(cards, pipe.ZCard(ctx, k.Holds), pipe.ZCard(ctx, k.Claims))
+	}
+	// Every command's error is read: the first one (a missing key's
+	// redis.Nil) must not hide a failed bucket.
+	pipe.Exec(ctx)
+	stocks = make([]int64, n)
+	for b, get := range gets {
+		v, err := get.Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			stocks[b] = -1
+		case err != nil:
+			return nil, 0, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+		default:
+			stocks[b] = v
+		}
+	}
+	for _, c := range cards {
+		if c.Err() != nil {
+			return nil, 0, fmt.Errorf("read holds of voucher %d: %w", voucherID, c.Err())
+		}
+		open += c.Val()
+	}
+	return stocks, open, nil
+}
+
+// Load rebuilds a voucher's lost buckets from the database's figures
+// (left: units left in MySQL; buyers: users with an order), unless another
+// instance already did. Buyers go in first and the stock last: until the
+// stock key exists every Take answers Missing, so no request is judged
+// against a half-loaded set. A bucketed voucher may lose some buckets and
+// keep others (one master of a cluster lost its data): the lost ones share
+// what MySQL has left beyond the units the others hold or are selling,
+// and reconciliation corrects what that misjudges. It reports whether it
 // loaded.
-func (s *Store) Load(ctx context.Context, voucherID, stock int64, buyers []int64) (bool, error) {
-	k := KeysOf(voucherID)
-	if n, err := s.rdb.Exists(ctx, k.Stock).Result(); err != nil || n == 1 {
-		return false, wrapLoad(voucherID, err)
-	}
-	const chunk = 1000
-	for len(buyers) > 0 {
-		n := min(chunk, len(buyers))
-		members := make([]any, n)
-		for i, id := range buyers[:n] {
-			members[i] = id
-		}
-		if err := s.rdb.SAdd(ctx, k.Buyers, members...).Err(); err != nil {
-			return false, wrapLoad(voucherID, err)
-		}
-		buyers = buyers[n:]
-	}
-	set, err := s.rdb.SetNX(ctx, k.Stock, stock, 0).Result()
+func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64) (bool, error) {
+	n = max(n, 1)
+	stocks, open, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
 		return false, wrapLoad(voucherID, err)
+	}
+	var lost []int
+	for b, v := range stocks {
+		if v < 0 {
+			lost = append(lost, b)
+		} else {
+			left -= v
+		}
+	}
+	if len(lost) == 0 {
+		return false, nil
+	}
+	left = max(left-open, 0)
+	loaded := false
+	for i, b := range lost {
+		k := BucketKeys(voucherID, n, b)
+		var members []any
+		for _, u := range buyers {
+			if Home(u, n) == b {
+				members = append(members, u)
+			}
+		}
+		const chunk = 1000
+		for len(members) > 0 {
+			c := min(chunk, len(members))
+			if err := s.rdb.SAdd(ctx, k.Buyers, members[:c]...).Err(); err != nil {
+				return false, wrapLoad(voucherID, err)
+			}
+			members = members[c:]
+		}
+		set, err := s.rdb.SetNX(ctx, k.Stock, share(left, len(lost), i), 0).Result()
+		if err != nil {
+			return false, wrapLoad(voucherID, err)
+		}
+		loaded = loaded || set
 	}
 	if err := s.rdb.SAdd(ctx, indexKey, voucherID).Err(); err != nil {
 		return false, wrapLoad(voucherID, err)
 	}
-	return set, nil
+	return loaded, nil
 }
 
 func wrapLoad(voucherID int64, err error) error {
@@ -222,26 +455,44 @@ func wrapLoad(voucherID int64, err error) error {
 	return fmt.Errorf("load stock of voucher %d: %w", voucherID, err)
 }
 
-// Left returns the units left; ok is false when the key is missing.
-func (s *Store) Left(ctx context.Context, voucherID int64) (n int64, ok bool, err error) {
-	n, err = s.rdb.Get(ctx, KeysOf(voucherID).Stock).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
+// Left returns the units left over all of the voucher's n buckets; ok is
+// false when a bucket's key is missing.
+func (s *Store) Left(ctx context.Context, voucherID int64, n int) (left int64, ok bool, err error) {
+	if n <= 1 {
+		left, err = s.rdb.Get(ctx, KeysOf(voucherID).Stock).Int64()
+		if errors.Is(err, redis.Nil) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+		}
+		return left, true, nil
 	}
+	stocks, _, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
-		return 0, false, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+		return 0, false, err
 	}
-	return n, true, nil
+	for _, v := range stocks {
+		if v < 0 {
+			return 0, false, nil
+		}
+		left += v
+	}
+	return left, true, nil
 }
 
 // Forget takes a voucher off the sweeper's list, and lets its keys (and
 // others given, of the same voucher) expire after keep: its sale is over,
 // and no request reads them any more (the sale window is checked first),
 // but a reader of GET /vouchers may for a while.
-func (s *Store) Forget(ctx context.Context, voucherID int64, keep time.Duration, others ...string) error {
+func (s *Store) Forget(ctx context.Context, voucherID int64, n int, keep time.Duration, others ...string) error {
 	pipe := s.rdb.Pipeline()
 	pipe.SRem(ctx, indexKey, voucherID)
-	for _, key := range append(KeysOf(voucherID).all(), others...) {
+	keys := others
+	for b := range max(n, 1) {
+		keys = append(keys, BucketKeys(voucherID, n, b).all()...)
+	}
+	for _, key := range keys {
 		pipe.Expire(ctx, key, keep)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -263,23 +514,26 @@ func (s *Store) Vouchers(ctx context.Context) ([]int64, error) {
 // figure cannot be trusted at this moment (writes are still queued).
 var ErrNotNow = errors.New("stock: not a quiet moment")
 
-// Reconcile sets voucher's stock to the database's figure, which truth
-// reads, if it drifted and nothing moved meanwhile (see reconcile.lua).
-// Drift has rare causes: a Redis flush while requests were between Take
-// and Confirm, or a stalled request whose hold was reclaimed before it
-// committed. It reports whether it corrected anything.
-func (s *Store) Reconcile(ctx context.Context, voucherID int64, truth func(context.Context) (int64, error)) (bool, error) {
-	k := KeysOf(voucherID)
-	pipe := s.rdb.Pipeline()
-	before := pipe.Get(ctx, k.Stock)
-	holds := pipe.ZCard(ctx, k.Holds)
-	if _, err := pipe.Exec(ctx); errors.Is(err, redis.Nil) {
-		return false, nil // no stock key: the next Take reloads it
-	} else if err != nil {
+// Reconcile sets voucher's stock (the sum over its n buckets) to the
+// database's figure, which truth reads, if it drifted and nothing moved
+// meanwhile (see reconcile.lua). Drift has rare causes: a Redis flush or a
+// failover while requests were between Take and Confirm, or a stalled
+// request whose hold was reclaimed before it committed. It reports whether
+// it corrected anything.
+//
+// With one bucket, the script checks that the count it corrects is the one
+// read before the truth. With several, no script sees them all: they are
+// read again after the truth, and the correction is made only if none moved
+// and no hold or claim was open at either reading; each bucket's script
+// still checks its own count before changing it.
+func (s *Store) Reconcile(ctx context.Context, voucherID int64, n int, truth func(context.Context) (int64, error)) (bool, error) {
+	n = max(n, 1)
+	before, open, err := s.bucketState(ctx, voucherID, n)
+	if err != nil {
 		return false, fmt.Errorf("reconcile stock of voucher %d: %w", voucherID, err)
 	}
-	if holds.Val() > 0 {
-		return false, nil
+	if open > 0 || slices.Contains(before, -1) {
+		return false, nil // a sale moving, or a key missing: the next Take reloads it
 	}
 	want, err := truth(ctx)
 	if errors.Is(err, ErrNotNow) {
@@ -288,11 +542,43 @@ func (s *Store) Reconcile(ctx context.Context, voucherID int64, truth func(conte
 	if err != nil {
 		return false, err
 	}
-	n, err := reconcileScript.Run(ctx, s.rdb, []string{k.Stock, k.Holds}, before.Val(), want).Int()
-	if err != nil {
-		return false, fmt.Errorf("reconcile stock of voucher %d: %w", voucherID, err)
+	if n > 1 {
+		after, open, err := s.bucketState(ctx, voucherID, n)
+		if err != nil {
+			return false, fmt.Errorf("reconcile stock of voucher %d: %w", voucherID, err)
+		}
+		if open > 0 || !slices.Equal(before, after) {
+			return false, nil
+		}
 	}
-	return n == 1, nil
+	var sum int64
+	for _, v := range before {
+		sum += v
+	}
+	diff := want - sum
+	fixed := false
+	// Units missing go to the first bucket; units too many come off the
+	// buckets in order.
+	for b := 0; b < n && diff != 0; b++ {
+		change := diff
+		if diff < 0 {
+			change = -min(before[b], -diff)
+		}
+		if change == 0 {
+			continue
+		}
+		k := BucketKeys(voucherID, n, b)
+		done, err := reconcileScript.Run(ctx, s.rdb, []string{k.Stock, k.Holds}, before[b], before[b]+change).Int()
+		if err != nil {
+			return fixed, fmt.Errorf("reconcile stock of voucher %d: %w", voucherID, err)
+		}
+		if done != 1 {
+			return fixed, nil // it moved: the next round tries again
+		}
+		fixed = true
+		diff -= change
+	}
+	return fixed, nil
 }
 
 func parseIDs(members []string) ([]int64, error) {
@@ -307,16 +593,22 @@ func parseIDs(members []string) ([]int64, error) {
 	return ids, nil
 }
 
-// Drop closes user's hold without giving its unit back, and forgets the
-// user as a buyer: for when MySQL said sold out although Redis had counted
-// a unit, so Redis' count was too high.
-func (s *Store) Drop(ctx context.Context, voucherID, userID int64) error {
-	k := KeysOf(voucherID)
-	pipe := s.rdb.TxPipeline()
-	pipe.ZRem(ctx, k.Holds, userID)
-	pipe.SRem(ctx, k.Buyers, userID)
+// Drop closes h without giving its unit back, and forgets the user as a
+// buyer: for when MySQL said sold out although Redis had counted a unit,
+// so Redis' count was too high.
+func (s *Store) Drop(ctx context.Context, h Hold) error {
+	home, from := s.keys(h)
+	pipe := s.rdb.Pipeline()
+	if h.From == h.Home {
+		pipe = s.rdb.TxPipeline()
+	}
+	pipe.ZRem(ctx, from.Holds, h.User)
+	if h.From != h.Home {
+		pipe.ZRem(ctx, home.Claims, h.User)
+	}
+	pipe.SRem(ctx, home.Buyers, h.User)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("drop hold of user %d on voucher %d: %w", userID, voucherID, err)
+		return fmt.Errorf("drop hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
 	}
 	return nil
 }

@@ -18,12 +18,12 @@ func newVoucher(t *testing.T, s *stock.Store, n int64) int64 {
 	t.Helper()
 	rdb := testenv.Redis(t, 0)
 	id := testenv.ID()
-	if err := s.Init(context.Background(), id, n); err != nil {
+	if err := s.Init(context.Background(), id, n, 1); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		k := stock.KeysOf(id)
-		rdb.Del(context.Background(), k.Stock, k.Buyers, k.Holds)
+		rdb.Del(context.Background(), k.Stock, k.Buyers, k.Holds, k.Claims)
 		rdb.SRem(context.Background(), "seckill:vouchers", id)
 	})
 	return id
@@ -31,7 +31,7 @@ func newVoucher(t *testing.T, s *stock.Store, n int64) int64 {
 
 func left(t *testing.T, s *stock.Store, id int64) int64 {
 	t.Helper()
-	n, ok, err := s.Left(context.Background(), id)
+	n, ok, err := s.Left(context.Background(), id, 1)
 	if err != nil || !ok {
 		t.Fatalf("left: %d %v %v", n, ok, err)
 	}
@@ -51,7 +51,7 @@ func TestTakeNeverOversells(t *testing.T) {
 		wg.Go(func() {
 			<-gate
 			for range 2 { // each user tries twice
-				res, err := s.Take(context.Background(), id, user+1)
+				_, res, err := s.Take(context.Background(), id, 1, user+1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -80,14 +80,14 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 	s := stock.NewStore(testenv.Redis(t, 0), time.Minute)
 	id := newVoucher(t, s, 3)
 
-	if res, _ := s.Take(ctx, id, 1); res != stock.Taken {
+	if _, res, _ := s.Take(ctx, id, 1, 1); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
-	if res, _ := s.Take(ctx, id, 1); res != stock.AlreadyBuying {
+	if _, res, _ := s.Take(ctx, id, 1, 1); res != stock.AlreadyBuying {
 		t.Fatalf("second take while the first holds its unit: %v, want AlreadyBuying", res)
 	}
 	for i, want := range []bool{true, false, false} {
-		back, err := s.GiveBack(ctx, id, 1, true)
+		back, err := s.GiveBack(ctx, stock.Hold{Voucher: id, User: 1, Buckets: 1}, true)
 		if err != nil || back != want {
 			t.Fatalf("give back #%d: %v %v, want %v", i+1, back, err, want)
 		}
@@ -96,16 +96,16 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 		t.Fatalf("left %d after giving back, want 3", n)
 	}
 
-	if res, _ := s.Take(ctx, id, 2); res != stock.Taken {
+	if _, res, _ := s.Take(ctx, id, 1, 2); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
-	if open, err := s.Confirm(ctx, id, 2); err != nil || !open {
+	if open, err := s.Confirm(ctx, stock.Hold{Voucher: id, User: 2, Buckets: 1}); err != nil || !open {
 		t.Fatalf("confirm: %v %v", open, err)
 	}
-	if back, _ := s.GiveBack(ctx, id, 2, true); back {
+	if back, _ := s.GiveBack(ctx, stock.Hold{Voucher: id, User: 2, Buckets: 1}, true); back {
 		t.Fatal("a confirmed hold gave its unit back")
 	}
-	if res, _ := s.Take(ctx, id, 2); res != stock.AlreadyBought {
+	if _, res, _ := s.Take(ctx, id, 1, 2); res != stock.AlreadyBought {
 		t.Fatalf("take after confirm: %v, want AlreadyBought", res)
 	}
 	if n := left(t, s, id); n != 2 {
@@ -113,29 +113,29 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 	}
 }
 
-// Reclaim returns a unit only once its hold has expired, by the Redis
+// Settle returns a unit only once its hold has expired, by the Redis
 // server's clock, and only once.
-func TestReclaimOnlyExpired(t *testing.T) {
+func TestSettleOnlyExpired(t *testing.T) {
 	ctx := context.Background()
 	s := stock.NewStore(testenv.Redis(t, 0), 300*time.Millisecond)
 	id := newVoucher(t, s, 1)
-	if res, _ := s.Take(ctx, id, 7); res != stock.Taken {
+	if _, res, _ := s.Take(ctx, id, 1, 7); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
-	if got, _ := s.Expired(ctx, id, 10); len(got) != 0 {
+	if got, _ := s.Expired(ctx, id, 1, 10); len(got) != 0 {
 		t.Fatalf("expired at once: %v", got)
 	}
-	if back, _ := s.Reclaim(ctx, id, 7); back {
+	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); back {
 		t.Fatal("reclaimed a hold before its deadline")
 	}
 	time.Sleep(400 * time.Millisecond)
-	if got, _ := s.Expired(ctx, id, 10); len(got) != 1 || got[0] != 7 {
+	if got, _ := s.Expired(ctx, id, 1, 10); len(got) != 1 || got[0] != (stock.Lapse{User: 7}) {
 		t.Fatalf("expired: %v, want [7]", got)
 	}
-	if back, _ := s.Reclaim(ctx, id, 7); !back {
+	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); !back {
 		t.Fatal("did not reclaim an expired hold")
 	}
-	if back, _ := s.Reclaim(ctx, id, 7); back {
+	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); back {
 		t.Fatal("reclaimed the same hold twice")
 	}
 	if n := left(t, s, id); n != 1 {
@@ -155,10 +155,10 @@ func TestReconcile(t *testing.T) {
 		return func(context.Context) (int64, error) { return n, nil }
 	}
 
-	if fixed, err := s.Reconcile(ctx, id, truth(10)); err != nil || fixed {
+	if fixed, err := s.Reconcile(ctx, id, 1, truth(10)); err != nil || fixed {
 		t.Fatalf("no drift: fixed %v %v", fixed, err)
 	}
-	if fixed, err := s.Reconcile(ctx, id, truth(8)); err != nil || !fixed || left(t, s, id) != 8 {
+	if fixed, err := s.Reconcile(ctx, id, 1, truth(8)); err != nil || !fixed || left(t, s, id) != 8 {
 		t.Fatalf("drift: fixed %v %v, left %d", fixed, err, left(t, s, id))
 	}
 	// A unit taken while the truth is read: the count moved, no change.
@@ -166,16 +166,16 @@ func TestReconcile(t *testing.T) {
 		rdb.Decr(ctx, k.Stock)
 		return 5, nil
 	}
-	if fixed, _ := s.Reconcile(ctx, id, moving); fixed || left(t, s, id) != 7 {
+	if fixed, _ := s.Reconcile(ctx, id, 1, moving); fixed || left(t, s, id) != 7 {
 		t.Fatalf("count moved meanwhile: fixed %v, left %d", fixed, left(t, s, id))
 	}
 	// An open hold: not a quiet moment.
-	s.Take(ctx, id, 1)
-	if fixed, _ := s.Reconcile(ctx, id, truth(3)); fixed {
+	s.Take(ctx, id, 1, 1)
+	if fixed, _ := s.Reconcile(ctx, id, 1, truth(3)); fixed {
 		t.Fatal("reconciled with a hold open")
 	}
-	s.GiveBack(ctx, id, 1, true)
-	if fixed, err := s.Reconcile(ctx, id, func(context.Context) (int64, error) { return 0, stock.ErrNotNow }); fixed || err != nil {
+	s.GiveBack(ctx, stock.Hold{Voucher: id, User: 1, Buckets: 1}, true)
+	if fixed, err := s.Reconcile(ctx, id, 1, func(context.Context) (int64, error) { return 0, stock.ErrNotNow }); fixed || err != nil {
 		t.Fatalf("truth not available: fixed %v, err %v", fixed, err)
 	}
 }
@@ -188,16 +188,16 @@ func TestLoadOnlyWhenMissing(t *testing.T) {
 	id := newVoucher(t, s, 5)
 	k := stock.KeysOf(id)
 	rdb.Del(ctx, k.Stock, k.Buyers)
-	if res, _ := s.Take(ctx, id, 1); res != stock.Missing {
+	if _, res, _ := s.Take(ctx, id, 1, 1); res != stock.Missing {
 		t.Fatalf("take with the key lost: %v, want Missing", res)
 	}
-	if loaded, err := s.Load(ctx, id, 3, []int64{1, 2}); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, 1, 3, []int64{1, 2}); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
-	if loaded, _ := s.Load(ctx, id, 99, nil); loaded {
+	if loaded, _ := s.Load(ctx, id, 1, 99, nil); loaded {
 		t.Fatal("loaded over an existing key")
 	}
-	if res, _ := s.Take(ctx, id, 2); res != stock.AlreadyBought {
+	if _, res, _ := s.Take(ctx, id, 1, 2); res != stock.AlreadyBought {
 		t.Fatalf("a loaded buyer: %v, want AlreadyBought", res)
 	}
 	if n := left(t, s, id); n != 3 {
@@ -212,13 +212,13 @@ func TestForgetLetsKeysExpire(t *testing.T) {
 	ctx := context.Background()
 	s := stock.NewStore(rdb, time.Minute)
 	id := newVoucher(t, s, 3)
-	if res, err := s.Take(ctx, id, 1); err != nil || res != stock.Taken {
+	if _, res, err := s.Take(ctx, id, 1, 1); err != nil || res != stock.Taken {
 		t.Fatalf("take: %v %v", res, err)
 	}
 	extra := stock.KeyOf(id, "accepted")
 	rdb.HSet(ctx, extra, "1", "42")
 	t.Cleanup(func() { rdb.Del(ctx, extra) })
-	if err := s.Forget(ctx, id, time.Hour, extra); err != nil {
+	if err := s.Forget(ctx, id, 1, time.Hour, extra); err != nil {
 		t.Fatal(err)
 	}
 	ids, err := s.Vouchers(ctx)

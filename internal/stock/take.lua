@@ -4,6 +4,8 @@
 -- KEYS[2] buyers  (set: users who took a unit)
 -- KEYS[3] holds   (sorted set: user -> deadline in ms, a unit taken but
 --                  not yet turned into an order row)
+-- KEYS[4] claims  (sorted set: user -> deadline in ms, a buyer whose unit
+--                  came from another bucket: see buckets.go)
 -- ARGV[1] user ID
 -- ARGV[2] how long the hold lasts, in ms
 --
@@ -26,7 +28,7 @@ if tonumber(stock) <= 0 then
   return 1
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
-  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  if redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('ZSCORE', KEYS[4], ARGV[1]) then
     return 5
   end
   return 2

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"seckill/internal/apperr"
+	"seckill/internal/stock"
 	"seckill/internal/web"
 )
 
@@ -28,7 +29,8 @@ import (
 // the body limit) invalid_argument in the contract's envelope; and a
 // voucher that passes is what the body said and fits its row: a title of
 // 1 to 255 characters without surrounding spaces, a stock the INT column
-// holds, whole-second UTC times, begin before end, between 1970 and 9999.
+// holds, whole-second UTC times, begin before end, between 1970 and 9999,
+// buckets from 1 to stock.MaxBuckets.
 func FuzzCreateInput(f *testing.F) {
 	for _, seed := range []string{
 		`{"title":"100 off","stock":100,"begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
@@ -46,6 +48,9 @@ func FuzzCreateInput(f *testing.F) {
 		`{"title":"` + strings.Repeat("é", 256) + `","stock":1,"begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
 		`{"title":"\u0000\ud800","stock":1.0,"begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
 		`{"title":"missing stock","begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
+		`{"title":"hot","stock":9,"buckets":16,"begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
+		`{"title":"too many","stock":9,"buckets":17,"begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
+		`{"title":"none","stock":9,"buckets":0,"begin_time":"2026-11-20T12:00:00Z","end_time":"2026-11-21T12:00:00Z"}`,
 		`{"title":null,"stock":null,"begin_time":null,"end_time":null}`,
 		`{}`,
 		`[]`,
@@ -118,6 +123,9 @@ func checkVoucher(t *testing.T, in CreateInput, v *Voucher) {
 	}
 	if v.Stock != *in.Stock || v.InitialStock != *in.Stock || v.Stock < 0 || v.Stock > MaxStock {
 		t.Fatalf("stock %d, initial %d from %d: want both equal to it, within 0 to %d", v.Stock, v.InitialStock, *in.Stock, MaxStock)
+	}
+	if want := 1; in.Buckets != nil && *in.Buckets != v.Buckets || in.Buckets == nil && v.Buckets != want || v.Buckets < 1 || v.Buckets > stock.MaxBuckets {
+		t.Fatalf("buckets %d from %v: want it as given (1 when absent), within 1 to %d", v.Buckets, in.Buckets, stock.MaxBuckets)
 	}
 	for _, tt := range []struct {
 		name     string

@@ -30,6 +30,9 @@ type CreateInput struct {
 	Stock     *int64     `json:"stock"`
 	BeginTime *time.Time `json:"begin_time"`
 	EndTime   *time.Time `json:"end_time"`
+	// Buckets splits the stock over that many Redis keys in different
+	// cluster slots (1 when absent): for a voucher too hot for one Redis.
+	Buckets *int `json:"buckets"`
 }
 
 // Guard refuses a repeated submission: Once fails if key was used within
@@ -45,7 +48,14 @@ type Service struct {
 	guard  Guard
 	cache  *cache
 	log    *slog.Logger
+
+	maxBuckets int // 0: stock.MaxBuckets
 }
+
+// LimitBuckets refuses vouchers of more than n buckets: async mode's accept
+// script queues the order in the stream of the slot the unit came from, and
+// does not yet claim the buyer in another, so it sells from one bucket.
+func (s *Service) LimitBuckets(n int) { s.maxBuckets = n }
 
 // NewService returns a Service.
 func NewService(db *gorm.DB, stocks *stock.Store, guard Guard, now func() time.Time, log *slog.Logger) *Service {
@@ -64,6 +74,8 @@ func (in CreateInput) validate() (*Voucher, error) {
 		return nil, apperr.Invalid(fmt.Sprintf("stock must be between 0 and %d", MaxStock))
 	case in.BeginTime == nil || in.EndTime == nil:
 		return nil, apperr.Invalid("begin_time and end_time are required (RFC 3339)")
+	case in.Buckets != nil && (*in.Buckets < 1 || *in.Buckets > stock.MaxBuckets):
+		return nil, apperr.Invalid(fmt.Sprintf("buckets must be between 1 and %d", stock.MaxBuckets))
 	}
 	// DATETIME keeps whole seconds; truncating here makes what we answer
 	// equal what we store.
@@ -74,9 +86,13 @@ func (in CreateInput) validate() (*Voucher, error) {
 	if begin.Year() < 1970 || end.Year() > 9999 {
 		return nil, apperr.Invalid("times must lie between 1970 and 9999")
 	}
+	buckets := 1
+	if in.Buckets != nil {
+		buckets = *in.Buckets
+	}
 	return &Voucher{
 		Title: strings.TrimSpace(*in.Title), Stock: *in.Stock, InitialStock: *in.Stock,
-		BeginTime: begin, EndTime: end,
+		BeginTime: begin, EndTime: end, Buckets: buckets,
 	}, nil
 }
 
@@ -88,6 +104,9 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 	v, err := in.validate()
 	if err != nil {
 		return View{}, err
+	}
+	if s.maxBuckets > 0 && v.Buckets > s.maxBuckets {
+		return View{}, apperr.Invalid(fmt.Sprintf("buckets must be at most %d here: async mode sells a voucher from one bucket", s.maxBuckets))
 	}
 	if idemKey != "" && s.guard != nil {
 		err := s.guard.Once(ctx, fmt.Sprintf("idem:voucher:%d:%s", adminID, idemKey), idempotencyWindow)
@@ -102,7 +121,7 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 	if err := s.db.WithContext(ctx).Create(v).Error; err != nil {
 		return View{}, apperr.Down(fmt.Errorf("insert voucher: %w", err))
 	}
-	if err := s.stocks.Init(ctx, v.ID, v.Stock); err != nil {
+	if err := s.stocks.Init(ctx, v.ID, v.Stock, v.Parts()); err != nil {
 		// Without its stock in Redis the voucher could still be sold
 		// (the seckill path reloads missing stock), but the contract
 		// promises it is ready at 201; undo and report instead.
@@ -121,7 +140,7 @@ func (s *Service) Get(ctx context.Context, id int64) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	left, ok, err := s.stocks.Left(ctx, id)
+	left, ok, err := s.stocks.Left(ctx, id, v.Parts())
 	if err != nil {
 		return View{}, apperr.Down(err)
 	}

@@ -24,7 +24,14 @@ type Voucher struct {
 	BeginTime    time.Time
 	EndTime      time.Time
 	CreatedAt    time.Time
+	// Buckets is how many parts the stock is split into in Redis, to
+	// spread a hot voucher over a Redis Cluster's masters (package stock,
+	// buckets.go). Left zero, the column's default, 1, is stored.
+	Buckets int `gorm:"default:1"`
 }
+
+// Parts is the voucher's bucket count as package stock takes it: at least 1.
+func (v *Voucher) Parts() int { return max(v.Buckets, 1) }
 
 // TableName is the contract's table name.
 func (Voucher) TableName() string { return "vouchers" }
@@ -56,6 +63,7 @@ type View struct {
 	Stock     int64     `json:"stock"`
 	BeginTime time.Time `json:"begin_time"`
 	EndTime   time.Time `json:"end_time"`
+	Buckets   int       `json:"buckets"`
 }
 
 func (v *Voucher) view(stock int64) View {
@@ -65,5 +73,6 @@ func (v *Voucher) view(stock int64) View {
 		Stock:     stock,
 		BeginTime: v.BeginTime.UTC(),
 		EndTime:   v.EndTime.UTC(),
+		Buckets:   v.Parts(),
 	}
 }
