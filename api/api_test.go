@@ -19,6 +19,7 @@ import (
 
 	"seckill/api"
 	"seckill/internal/auth"
+	"seckill/internal/live"
 	"seckill/internal/order"
 	"seckill/internal/voucher"
 )
@@ -139,6 +140,7 @@ func TestRoutesDocumented(t *testing.T) {
 	auth.NewHandler(nil, false, nil).Register(r)
 	voucher.NewHandler(nil, nil).Register(r, pass, pass)
 	order.NewHandler(nil, nil).Register(r, pass, pass, pass)
+	live.NewHandler(nil, nil, nil, nil).Register(r, pass, pass)
 	api.Register(r)
 	// cmd/server registers the health checks itself (newApp in run.go);
 	// its TestOpenAPIRoutes checks the router the server really serves.

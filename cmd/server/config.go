@@ -32,6 +32,7 @@ type config struct {
 	JWTSecret     []byte
 	AdminPhones   []string
 	DevCodes      bool
+	LiveCrowd     bool   // LIVE_CROWD: admins may start a simulated crowd from /live
 	Mode          string // sync or async
 	LockBackend   string // redis, redlock or local
 	RedLockAddrs  []string
@@ -187,6 +188,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	case c.embedded():
 		c.AdminPhones = splitList(env("ADMIN_PHONES", "13800000000"))
 		c.DevCodes = boolVar(env("AUTH_DEV_CODES", "true"))
+		c.LiveCrowd = boolVar(env("LIVE_CROWD", "true"))
 		c.JWTSecret = []byte(getenv("JWT_SECRET"))
 		if len(c.JWTSecret) == 0 {
 			c.JWTSecret = make([]byte, 32)
@@ -197,6 +199,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		c.AdminPhones = splitList(env("ADMIN_PHONES", ""))
 		c.DevCodes = boolVar(env("AUTH_DEV_CODES", "false"))
+		c.LiveCrowd = boolVar(env("LIVE_CROWD", "false"))
 		c.JWTSecret = []byte(getenv("JWT_SECRET"))
 		// HS256 signs with HMAC-SHA256, whose key must be at least as long
 		// as the hash's 32 bytes (RFC 7518, section 3.2): a shorter one is

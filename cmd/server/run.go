@@ -28,6 +28,7 @@ import (
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
 	"seckill/internal/idworker"
+	"seckill/internal/live"
 	"seckill/internal/lock"
 	"seckill/internal/metrics"
 	"seckill/internal/order"
@@ -86,6 +87,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	// Room for both servers' errors: neither may block once run is gone.
 	serveErr := make(chan error, 2)
+	// Event streams (/live) last as long as their page: Shutdown would
+	// wait for them to its deadline. They end when it begins.
+	srv.RegisterOnShutdown(app.stopLive)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded())
 	// With METRICS_ADDR, /metrics has a server of its own, without
@@ -123,6 +127,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer stopDrain()
 	var bg sync.WaitGroup
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
+	bg.Go(func() { app.live.Run(bgCtx) })
 	if app.consumers != nil {
 		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })
 	} else {
@@ -136,6 +141,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// grace period (docker compose: stop_grace_period), which then kills
 	// the process mid-drain with SIGKILL.
 	stopBackground := func(deadline context.Context) {
+		if app.crowd != nil {
+			app.crowd.Close()
+		}
 		stopBg()
 		stop := context.AfterFunc(deadline, stopDrain)
 		defer stop()
@@ -359,6 +367,9 @@ func (st *stores) ping(ctx context.Context) error {
 // app is the wired service.
 type app struct {
 	router    *gin.Engine
+	live      *live.Recorder // counts the buy button's answers for /live
+	crowd     *live.Crowd    // nil unless LIVE_CROWD
+	stopLive  func()         // ends the /live event streams, at shutdown
 	vouchers  *voucher.Service
 	orders    *order.Service
 	consumers []*queue.Consumer // async mode only: one per shard
@@ -433,7 +444,9 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
 		r.Use(trace) // first: the request's span covers everything after
 	}
-	r.Use(m.Seckill(order.SeckillRoute), web.Recover(log), admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics"), web.LimitBody())
+	recorder := live.NewRecorder(st.rdb, log)
+	r.Use(m.Seckill(order.SeckillRoute), recorder.Middleware(order.SeckillRoute), web.Recover(log),
+		admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics", "/live/*"), web.LimitBody())
 	authn := tokens.Authenticate(fail)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -452,7 +465,19 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	voucher.NewHandler(vouchers, log).Register(r, authn, auth.RequireAdmin(fail))
 	buyers := admission.NewBuckets(cfg.SeckillRate, cfg.SeckillBurst, now)
 	order.NewHandler(orders, log).Register(r, authn, auth.RequireAdmin(fail), buyers.PerUser(fail))
-	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc, metrics: m}
+	a := &app{router: r, vouchers: vouchers, orders: orders, auth: authSvc, metrics: m, live: recorder}
+	var queueStats func(context.Context) (order.QueueStats, error)
+	if ocfg.Async {
+		queueStats = orders.QueueStats
+	}
+	if cfg.LiveCrowd {
+		a.crowd = live.NewCrowd(authSvc.TokenFor, log)
+		a.crowd.SetTarget(r)
+	}
+	liveCtx, stopLive := context.WithCancel(context.Background())
+	a.stopLive = stopLive
+	live.NewHandler(live.NewSource(st.db, st.rdb, vouchers, stocks, queueStats, now), a.crowd, liveCtx.Done(), log).
+		Register(r, authn, auth.RequireAdmin(fail))
 	if ocfg.Async {
 		qcfg := queue.DefaultConfig
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries

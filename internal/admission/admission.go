@@ -20,6 +20,7 @@
 package admission
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -149,14 +150,32 @@ func NewCap(n int) *Cap {
 
 // Limit is a gin middleware that lets a request in if a slot is free, and
 // answers 429 busy at once otherwise: never a queue, which would only turn
-// overload into timeouts. The paths in exempt (health checks) always pass.
+// overload into timeouts. The paths in exempt (health checks) always pass;
+// one ending in "*" names the paths that begin with the rest (a stream of
+// events that lasts as long as its page is open must not hold a slot).
 func (cp *Cap) Limit(fail func(*gin.Context, error), exempt ...string) gin.HandlerFunc {
 	skip := map[string]bool{}
+	var prefixes []string
 	for _, p := range exempt {
-		skip[p] = true
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			prefixes = append(prefixes, prefix)
+		} else {
+			skip[p] = true
+		}
+	}
+	exempted := func(path string) bool {
+		if skip[path] {
+			return true
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(path, p) {
+				return true
+			}
+		}
+		return false
 	}
 	return func(c *gin.Context) {
-		if cp.slots == nil || skip[c.Request.URL.Path] {
+		if cp.slots == nil || exempted(c.Request.URL.Path) {
 			c.Next()
 			return
 		}

@@ -84,11 +84,12 @@ func TestCap(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	r := gin.New()
 	fail := func(c *gin.Context, err error) { web.Error(c, nil, err) }
-	r.Use(NewCap(2).Limit(fail, "/healthz"))
+	r.Use(NewCap(2).Limit(fail, "/healthz", "/live/*"))
 	release := make(chan struct{})
 	entered := make(chan struct{}, 2)
 	r.GET("/slow", func(c *gin.Context) { entered <- struct{}{}; <-release; c.Status(http.StatusOK) })
 	r.GET("/healthz", func(c *gin.Context) { c.Status(http.StatusOK) })
+	r.GET("/live/:id/events", func(c *gin.Context) { c.Status(http.StatusOK) })
 
 	var wg sync.WaitGroup
 	for range 2 {
@@ -111,6 +112,11 @@ func TestCap(t *testing.T) {
 	r.ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
 	if w.Code != http.StatusOK {
 		t.Fatalf("health check at capacity: %d, want 200", w.Code)
+	}
+	w = httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest("GET", "/live/7/events", nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("a path under an exempt prefix at capacity: %d, want 200", w.Code)
 	}
 	close(release)
 	wg.Wait()

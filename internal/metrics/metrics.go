@@ -176,27 +176,12 @@ func (m *Metrics) Seckill(route string) gin.HandlerFunc {
 
 // answer is the counter of the answer c got.
 func (m *Metrics) answer(c *gin.Context) prometheus.Counter {
-	switch c.Writer.Status() {
-	case http.StatusOK:
+	a := order.Answer(c)
+	if a == "ok" {
 		return m.answerOK
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
-		return m.answers[apperr.InvalidArgument]
-	case http.StatusUnauthorized:
-		return m.answers[apperr.Unauthorized]
-	case http.StatusForbidden:
-		return m.answers[apperr.Forbidden]
-	case http.StatusNotFound:
-		return m.answers[apperr.NotFound]
-	case http.StatusTooManyRequests:
-		return m.answers[apperr.Busy]
-	case http.StatusServiceUnavailable:
-		return m.answers[apperr.Unavailable]
-	case http.StatusConflict:
-		v, _ := c.Get(order.ErrorKey)
-		err, _ := v.(error)
-		if e := apperr.As(err); e != nil && apperr.Status(e.Code) == http.StatusConflict {
-			return m.answers[e.Code]
-		}
+	}
+	if counter, ok := m.answers[apperr.Code(a)]; ok {
+		return counter
 	}
 	return m.answers[apperr.Internal]
 }

@@ -72,6 +72,36 @@ func (h *Handler) queue(c *gin.Context) {
 // from already_ordered (both 409).
 const ErrorKey = "order.seckill.error"
 
+// Answer names the answer the buy button gave in c, once it is written:
+// "ok" for a 200, else the error code of the contract (sold_out and
+// already_ordered, both 409, told apart by the error left at ErrorKey).
+// The metrics and the live view count answers by it.
+func Answer(c *gin.Context) string {
+	switch c.Writer.Status() {
+	case http.StatusOK:
+		return "ok"
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return string(apperr.InvalidArgument)
+	case http.StatusUnauthorized:
+		return string(apperr.Unauthorized)
+	case http.StatusForbidden:
+		return string(apperr.Forbidden)
+	case http.StatusNotFound:
+		return string(apperr.NotFound)
+	case http.StatusTooManyRequests:
+		return string(apperr.Busy)
+	case http.StatusServiceUnavailable:
+		return string(apperr.Unavailable)
+	case http.StatusConflict:
+		v, _ := c.Get(ErrorKey)
+		err, _ := v.(error)
+		if e := apperr.As(err); e != nil && apperr.Status(e.Code) == http.StatusConflict {
+			return string(e.Code)
+		}
+	}
+	return string(apperr.Internal)
+}
+
 func (h *Handler) seckill(c *gin.Context) {
 	voucherID, ok := web.ID(c, "voucherId")
 	if !ok {

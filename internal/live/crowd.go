@@ -1,0 +1,141 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"seckill/internal/apperr"
+)
+
+// Crowd is a built-in simulated crowd: users who each press a voucher's buy
+// button twice (a double click), at a steady rate, through the server's own
+// handler (every guard, limit and counter sees them as it sees real
+// buyers). It is for demonstrations: the users are real rows, with phones
+// 19900000000 and up.
+type Crowd struct {
+	tokens func(ctx context.Context, phone string) (string, error)
+	log    *slog.Logger
+
+	target  atomic.Pointer[http.Handler]
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	running sync.Map // voucher ID -> struct{}
+}
+
+// CrowdInput is the body of POST /live/{voucherId}/crowd.
+type CrowdInput struct {
+	Users int `json:"users"` // default 500
+	Rate  int `json:"rate"`  // presses a second, default 1000
+}
+
+// Bounds on a crowd: enough to sell out a demo voucher and show the flood
+// after, not a load test (use loadtest/ for that).
+const (
+	defaultCrowd = 500
+	maxCrowd     = 20_000
+	defaultRate  = 1000
+	maxRate      = 20_000
+)
+
+// ErrCrowdRunning refuses a second crowd for a voucher while one runs.
+var ErrCrowdRunning = apperr.New(apperr.Busy, "a crowd is already buying this voucher")
+
+// NewCrowd returns a Crowd that signs its users in with tokens.
+func NewCrowd(tokens func(ctx context.Context, phone string) (string, error), log *slog.Logger) *Crowd {
+	c := &Crowd{tokens: tokens, log: log}
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	return c
+}
+
+// SetTarget names the handler the crowd's requests go to: the server's
+// router, which is built after the Crowd it serves.
+func (c *Crowd) SetTarget(h http.Handler) { c.target.Store(&h) }
+
+// Close stops the crowds and waits for them.
+func (c *Crowd) Close() {
+	c.stop()
+	c.wg.Wait()
+}
+
+// Start sends a crowd at voucherID in the background; it returns the
+// input with its defaults filled in.
+func (c *Crowd) Start(voucherID int64, in CrowdInput) (CrowdInput, error) {
+	if in.Users == 0 {
+		in.Users = defaultCrowd
+	}
+	if in.Rate == 0 {
+		in.Rate = defaultRate
+	}
+	if in.Users < 1 || in.Users > maxCrowd || in.Rate < 1 || in.Rate > maxRate {
+		return in, apperr.Invalid(fmt.Sprintf("users must be between 1 and %d, rate between 1 and %d", maxCrowd, maxRate))
+	}
+	if c.target.Load() == nil {
+		return in, errors.New("live: crowd has no target")
+	}
+	if _, busy := c.running.LoadOrStore(voucherID, struct{}{}); busy {
+		return in, ErrCrowdRunning
+	}
+	c.wg.Go(func() {
+		defer c.running.Delete(voucherID)
+		if err := c.run(voucherID, in); err != nil && c.ctx.Err() == nil {
+			c.log.Warn("live: crowd", "voucher", voucherID, "err", err)
+		}
+	})
+	return in, nil
+}
+
+func (c *Crowd) run(voucherID int64, in CrowdInput) error {
+	tokens := make([]string, in.Users)
+	for i := range tokens {
+		t, err := c.tokens(c.ctx, "199"+fmt.Sprintf("%08d", i))
+		if err != nil {
+			return fmt.Errorf("sign in user %d of the crowd: %w", i, err)
+		}
+		tokens[i] = t
+	}
+	target := *c.target.Load()
+	path := "/seckill/" + strconv.FormatInt(voucherID, 10)
+	presses := make(chan string)
+	var workers sync.WaitGroup
+	for range 32 {
+		workers.Go(func() {
+			for token := range presses {
+				req := httptest.NewRequestWithContext(c.ctx, http.MethodPost, path, nil)
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.RemoteAddr = "127.0.0.1:1"
+				target.ServeHTTP(httptest.NewRecorder(), req)
+			}
+		})
+	}
+	defer workers.Wait()
+	defer close(presses)
+	every := time.Second / time.Duration(in.Rate)
+	next := time.Now()
+	for range 2 { // each user presses twice
+		for _, token := range tokens {
+			next = next.Add(every)
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-c.ctx.Done():
+					return nil
+				case <-time.After(d):
+				}
+			}
+			select {
+			case <-c.ctx.Done():
+				return nil
+			case presses <- token:
+			}
+		}
+	}
+	return nil
+}
