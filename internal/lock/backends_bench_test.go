@@ -9,7 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"seckill/internal/testenv"
+	"seckill/internal/testenv/faultproxy"
 )
 
 // BenchmarkContended is the comparison of docs/locks.md: contenders
@@ -33,6 +39,8 @@ func BenchmarkContended(b *testing.B) {
 			return NewRedLock(clients)
 		}},
 		{"mysql", func(b *testing.B) Locker { return NewMySQL(testMySQLPool(b, 80)) }},
+		{"etcd", func(b *testing.B) Locker { return NewEtcd(testenv.StartEtcd(b).Client(b)) }},
+		{"zookeeper", func(b *testing.B) Locker { return NewZooKeeper(testenv.StartZooKeeper(b).Connect(b, 4*time.Second)) }},
 		{"local", func(*testing.B) Locker { return NewLocal() }},
 	}
 	for _, be := range backends {
@@ -90,7 +98,8 @@ func contend(b *testing.B, locker Locker, contenders int) {
 
 // BenchmarkTakeover measures how long a waiter waits for a lock whose
 // holder died without releasing it: on Redis until the key's ttl (1 s
-// here) runs out, on MySQL until the server notices the holder's
+// here) runs out, on etcd until the holder's lease does, on ZooKeeper
+// until the ensemble expires the holder's session (1 s), on MySQL until the server notices the holder's
 // connection is gone (here: killed, as when its process exits; a
 // machine that vanishes takes the TCP timeout). Run it with -benchtime 3x.
 func BenchmarkTakeover(b *testing.B) {
@@ -118,6 +127,40 @@ func BenchmarkTakeover(b *testing.B) {
 		rdb := testRedis(b)
 		measure(b, NewRedis(rdb), func(key string) error {
 			_, err := NewRedis(rdb).Obtain(ctx, key, ttl) // and never released
+			return err
+		})
+	})
+	b.Run("etcd", func(b *testing.B) {
+		srv := testenv.StartEtcd(b)
+		waiter := NewEtcd(srv.Client(b))
+		measure(b, waiter, func(key string) error {
+			// The holder's process dies: its client goes without revoking
+			// the lease, which then runs out on the server (1 s, the
+			// lease's whole seconds).
+			holder, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return err
+			}
+			defer holder.Close()
+			_, err = NewEtcd(holder).Obtain(ctx, key, ttl)
+			return err
+		})
+	})
+	b.Run("zookeeper", func(b *testing.B) {
+		srv := testenv.StartZooKeeper(b)
+		waiter := NewZooKeeper(srv.Connect(b, time.Second))
+		proxy := faultproxy.Start(b, srv.Addr())
+		measure(b, waiter, func(key string) error {
+			// The holder's host vanishes: its connection goes silent, and
+			// the ensemble expires its session (1 s) and its node.
+			proxy.Heal()
+			holder, _, err := zk.Connect([]string{proxy.Addr()}, ttl, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+			if err != nil {
+				return err
+			}
+			b.Cleanup(holder.Close)
+			_, err = NewZooKeeper(holder).Obtain(ctx, key, time.Minute)
+			proxy.Blackhole()
 			return err
 		})
 	})

@@ -3,10 +3,12 @@
 // user, served by two instances of the service, cannot both pass the
 // "one order per user" check before either has written its order.
 //
-// One small interface, [Locker], has four backends: [Redis] (the default),
+// One small interface, [Locker], has six backends: [Redis] (the default),
 // [RedLock] over several independent Redis servers, [MySQL] (GET_LOCK, for
-// a service with a database and no Redis), and [Local], which works inside
-// one process only and is kept to show why that is not enough. A [Lock] is one acquisition: it is released, extended, and tells
+// a service with a database and no Redis), [Etcd] and [ZooKeeper] (locks on
+// a consensus store, which a failover does not lose, with fencing tokens
+// from the store's own revisions), and [Local], which works inside one
+// process only and is kept to show why that is not enough. A [Lock] is one acquisition: it is released, extended, and tells
 // its holder when it is lost. On Redis there is more: a fair lock, a
 // read-write lock, a semaphore, a countdown latch, and the multi-lock
 // [ObtainAll] (see Synchronizers, at the end).
