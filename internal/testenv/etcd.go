@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +70,82 @@ func (s *EtcdServer) start(port int) (*process, error) {
 		}
 		return nil
 	})
+}
+
+// StartEtcdCluster starts an etcd cluster of n members (3 for a quorum
+// that survives one loss), waits until it has a leader, and kills them all
+// when the test ends.
+func StartEtcdCluster(t testing.TB, n int) []*EtcdServer {
+	t.Helper()
+	bin := lookPath(t, "etcd")
+	members := make([]*EtcdServer, n)
+	var initial []string
+	for i := range members {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		members[i] = &EtcdServer{bin: bin, dir: tempDir(t, "seckill-etcd-"), port: port, peer: peer}
+		t.Cleanup(members[i].Kill)
+		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, peer))
+	}
+	for i, m := range members {
+		client := m.Endpoint()
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(m.peer)
+		proc, err := startProcess(filepath.Join(m.dir, "etcd.log"), bin,
+			"--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(m.dir, "data"),
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "warn")
+		if err != nil {
+			t.Fatalf("start etcd member %d: %v", i, err)
+		}
+		m.proc = proc
+	}
+	cli := EtcdClient(t, members...)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "ping")
+		cancel()
+		if err == nil {
+			return members
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd cluster not ready: %v; log of member 0:\n%s", err, logTail(filepath.Join(members[0].dir, "etcd.log")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// EtcdClient returns a client of all the given members, closed when the
+// test ends.
+func EtcdClient(t testing.TB, members ...*EtcdServer) *clientv3.Client {
+	t.Helper()
+	var endpoints []string
+	for _, m := range members {
+		endpoints = append(endpoints, m.Endpoint())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: quietZap()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// IsLeader reports whether the member leads its cluster now.
+func (s *EtcdServer) IsLeader(t testing.TB, cli *clientv3.Client) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, s.Endpoint())
+	return err == nil && st.Leader == st.Header.MemberId
 }
 
 // Endpoint is the client URL.

@@ -3,9 +3,12 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +79,94 @@ func (s *ZooKeeperServer) start(port int) (*process, error) {
 			return errors.New("no session within 2s")
 		}
 	})
+}
+
+// StartZooKeeperEnsemble starts n ZooKeeper servers as one ensemble (3
+// for a quorum that survives one loss), waits until it serves, and kills
+// them all when the test ends.
+func StartZooKeeperEnsemble(t testing.TB, n int) []*ZooKeeperServer {
+	t.Helper()
+	const script = "/usr/share/zookeeper/bin/zkServer.sh"
+	if _, err := os.Stat(script); err != nil {
+		unavailable(t, "zookeeper is not installed ("+script+")")
+	}
+	lookPath(t, "java")
+	servers := make([]*ZooKeeperServer, n)
+	var peers strings.Builder
+	for i := range servers {
+		ports := make([]int, 3)
+		for j := range ports {
+			p, err := freePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ports[j] = p
+		}
+		servers[i] = &ZooKeeperServer{script: script, dir: tempDir(t, "seckill-zk-"), port: ports[0]}
+		t.Cleanup(servers[i].Kill)
+		fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[1], ports[2])
+	}
+	for i, s := range servers {
+		data := filepath.Join(s.dir, "data")
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(s.dir, "zoo.cfg")
+		conf := fmt.Sprintf("tickTime=200\ninitLimit=25\nsyncLimit=10\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxSessionTimeout=60000\n4lw.commands.whitelist=srvr\n%s",
+			data, s.port, peers.String())
+		if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Setenv("ZOO_LOG_DIR", s.dir)
+		proc, err := startProcess(filepath.Join(s.dir, "zookeeper.log"), script, "start-foreground", cfg)
+		if err != nil {
+			t.Fatalf("start zookeeper %d: %v", i+1, err)
+		}
+		s.proc = proc
+	}
+	deadline := time.Now().Add(2 * startTimeout)
+	for _, s := range servers {
+		for s.Mode() == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("zookeeper ensemble not serving; log of %s:\n%s", s.Addr(), logTail(filepath.Join(s.dir, "zookeeper.log")))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return servers
+}
+
+// Mode asks the server (the four-letter word srvr) whether it is the
+// ensemble's "leader" or a "follower"; "" while it serves no clients.
+func (s *ZooKeeperServer) Mode() string {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("srvr")); err != nil {
+		return ""
+	}
+	out, _ := io.ReadAll(c)
+	for _, line := range strings.Split(string(out), "\n") {
+		if mode, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return strings.TrimSpace(mode)
+		}
+	}
+	return ""
+}
+
+// ZooKeeperAddrs lists the servers' client addresses.
+func ZooKeeperAddrs(servers []*ZooKeeperServer) []string {
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr())
+	}
+	return addrs
 }
 
 // Addr is the client address, 127.0.0.1:port.
