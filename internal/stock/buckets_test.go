@@ -492,3 +492,34 @@ func BenchmarkBucketedTake(b *testing.B) {
 		})
 	}
 }
+
+// A lost bucket gets what MySQL has left beyond the other buckets' stock
+// and the units under their holds; a claim is no unit and is not counted.
+func TestBucketsLoadCountsHoldsNotClaims(t *testing.T) {
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	ctx := context.Background()
+	const n = 3
+	id := newBucketed(t, rdb, s, 9, n) // 3, 3, 3
+	home1 := usersAt(1, n, 4)
+	for _, u := range home1[:3] { // bucket 1 sold out, orders written
+		h, res, err := s.Take(ctx, id, n, u)
+		if err != nil || res != stock.Taken || h.From != 1 {
+			t.Fatalf("take: %v %v from %d", res, err, h.From)
+		}
+		s.Confirm(ctx, h)
+	}
+	// In flight: a unit of bucket 2 under a hold, its buyer claimed in 1.
+	if h, res, err := s.Take(ctx, id, n, home1[3]); err != nil || res != stock.Taken || h.From != 2 {
+		t.Fatalf("take from elsewhere: %v %v from %d", res, err, h.From)
+	}
+	k := stock.BucketKeys(id, n, 0)
+	rdb.Del(ctx, k.Stock, k.Buyers)
+	// MySQL: 9 - 3 orders = 6 left.
+	if loaded, err := s.Load(ctx, id, n, 6, home1[:3]); err != nil || !loaded {
+		t.Fatalf("load: %v %v", loaded, err)
+	}
+	if got := rdb.Get(ctx, k.Stock).Val(); got != "3" {
+		t.Fatalf("bucket 0 reloaded with %s units, want 3 (6 left - 2 in bucket 2 - 1 held)", got)
+	}
+}

@@ -357,9 +357,10 @@ func share(units int64, n, b int) int64 {
 	return s
 }
 
-// bucketState reads each bucket's stock (-1: key missing) and open holds
-// and claims.
-func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks []int64, open int64, err error) {
+// bucketState reads each bucket's stock (-1: key missing), the units
+// under holds (taken, not yet orders), and how many holds and claims are
+// open in all.
+func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks []int64, held, open int64, err error) {
 	pipe := s.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, n)
 	cards := make([]*redis.IntCmd, 0, 2*n)
@@ -378,18 +379,21 @@ func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks
 		case errors.Is(err, redis.Nil):
 			stocks[b] = -1
 		case err != nil:
-			return nil, 0, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+			return nil, 0, 0, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
 		default:
 			stocks[b] = v
 		}
 	}
-	for _, c := range cards {
+	for i, c := range cards {
 		if c.Err() != nil {
-			return nil, 0, fmt.Errorf("read holds of voucher %d: %w", voucherID, c.Err())
+			return nil, 0, 0, fmt.Errorf("read holds of voucher %d: %w", voucherID, c.Err())
 		}
 		open += c.Val()
+		if i%2 == 0 { // a holds key; the claims, in between, carry no unit
+			held += c.Val()
+		}
 	}
-	return stocks, open, nil
+	return stocks, held, open, nil
 }
 
 // Load rebuilds a voucher's lost buckets from the database's figures
@@ -403,7 +407,7 @@ func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks
 // loaded.
 func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64) (bool, error) {
 	n = max(n, 1)
-	stocks, open, err := s.bucketState(ctx, voucherID, n)
+	stocks, held, _, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
 		return false, wrapLoad(voucherID, err)
 	}
@@ -418,7 +422,9 @@ func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, bu
 	if len(lost) == 0 {
 		return false, nil
 	}
-	left = max(left-open, 0)
+	// Units under holds will be orders in MySQL or come back to their
+	// bucket: not the lost buckets' to sell.
+	left = max(left-held, 0)
 	loaded := false
 	for i, b := range lost {
 		k := BucketKeys(voucherID, n, b)
@@ -468,7 +474,7 @@ func (s *Store) Left(ctx context.Context, voucherID int64, n int) (left int64, o
 		}
 		return left, true, nil
 	}
-	stocks, _, err := s.bucketState(ctx, voucherID, n)
+	stocks, _, _, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
 		return 0, false, err
 	}
@@ -528,7 +534,7 @@ var ErrNotNow = errors.New("stock: not a quiet moment")
 // still checks its own count before changing it.
 func (s *Store) Reconcile(ctx context.Context, voucherID int64, n int, truth func(context.Context) (int64, error)) (bool, error) {
 	n = max(n, 1)
-	before, open, err := s.bucketState(ctx, voucherID, n)
+	before, _, open, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
 		return false, fmt.Errorf("reconcile stock of voucher %d: %w", voucherID, err)
 	}
@@ -543,7 +549,7 @@ func (s *Store) Reconcile(ctx context.Context, voucherID int64, n int, truth fun
 		return false, err
 	}
 	if n > 1 {
-		after, open, err := s.bucketState(ctx, voucherID, n)
+		after, _, open, err := s.bucketState(ctx, voucherID, n)
 		if err != nil {
 			return false, fmt.Errorf("reconcile stock of voucher %d: %w", voucherID, err)
 		}
