@@ -60,7 +60,7 @@ func (d deadLetter) public() DeadLetter {
 // comes first: "3:1700000000000-0".
 func deadLetterID(shard int, entry string) string { return strconv.Itoa(shard) + ":" + entry }
 
-var deadLetterIDPattern = regexp.MustCompile(`^([0-9]{1,2}):([0-9]{1,20}-[0-9]{1,20})$`)
+var deadLetterIDPattern = regexp.MustCompile(`^(0|[1-9][0-9]?):([0-9]{1,20}-[0-9]{1,20})$`)
 
 // parseDeadLetterID undoes deadLetterID.
 func parseDeadLetterID(id string) (shard int, entry string, ok bool) {

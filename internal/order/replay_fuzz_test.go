@@ -116,6 +116,9 @@ func validReplay(in ReplayInput) bool {
 		if !ok || len(shard) < 1 || len(shard) > 2 || !digits(shard) || !isStreamID(entry) {
 			return false
 		}
+		if len(shard) == 2 && shard[0] == '0' {
+			return false // "03": the shard is written as the list shows it, "3"
+		}
 		if n, _ := strconv.Atoi(shard); n >= stock.Shards {
 			return false
 		}

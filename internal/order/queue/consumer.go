@@ -362,7 +362,7 @@ func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
 	var entries []redis.XMessage
 	var orders []order.Order
 	for _, m := range msgs {
-		o, err := order.ParseEntry(m)
+		o, err := p.parse(m)
 		if err != nil {
 			p.deadLetter(ctx, m, err) // cannot ever succeed: do not retry
 			continue
@@ -543,6 +543,19 @@ var (
 	deadScript = redis.NewScript(deadSrc)
 )
 
+// parse reads an entry of this consumer's stream. An entry whose voucher
+// belongs to another shard (not written by accept.lua, which queues in
+// the voucher's own shard) is malformed too: the scripts that settle it
+// would touch keys of two cluster slots, which Redis Cluster refuses
+// (CROSSSLOT) however often they are tried.
+func (p *Consumer) parse(m redis.XMessage) (order.Order, error) {
+	o, err := order.ParseEntry(m)
+	if err == nil && stock.ShardOf(o.VoucherID) != p.cfg.Shard {
+		return order.Order{}, fmt.Errorf("entry %s: voucher %d is of shard %d, not of this stream's %d", m.ID, o.VoucherID, stock.ShardOf(o.VoucherID), p.cfg.Shard)
+	}
+	return o, err
+}
+
 // deadLetter moves an entry that cannot be written to the dead letters,
 // with its error, acknowledges it so the rest flows on, marks its order
 // failed, and settles its unit and buyer (see dead.lua).
@@ -561,7 +574,7 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	keys := []string{p.stream, p.dead, p.pending}
 	orderID, _ := m.Values["id"].(string)
 	user, _ := m.Values["user"].(string)
-	if o, err := order.ParseEntry(m); err == nil {
+	if o, err := p.parse(m); err == nil {
 		k := stock.KeysOf(o.VoucherID)
 		keys = append(keys, k.Stock, k.Buyers, order.AcceptedKey(o.VoucherID), order.QueuedKey(o.VoucherID))
 	} else {
