@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -97,10 +96,8 @@ func (e *Etcd) Obtain(ctx context.Context, key string, ttl time.Duration, opts .
 	if o.fencing {
 		fence = m.Header().Revision
 	}
-	h := &etcdHolder{s: s, m: m, until: start.Add(ttl)}
-	h.mu.Lock()
-	h.expiry = time.AfterFunc(time.Until(h.until), h.expire)
-	h.mu.Unlock()
+	h := &etcdHolder{s: s, m: m}
+	h.keep(start.Add(ttl), func() { closeSession(s) })
 	return newLock(ctx, key, fence, start, ttl, h, o)
 }
 
@@ -118,32 +115,9 @@ func closeSession(s *concurrency.Session) {
 
 // etcdHolder is one lock held through one session.
 type etcdHolder struct {
-	s *concurrency.Session
-	m *concurrency.Mutex
-
-	mu     sync.Mutex
-	ended  bool        // the lease was revoked; guarded by mu
-	until  time.Time   // when the ttl runs out; guarded by mu
-	expiry *time.Timer // fires at until; guarded by mu
-}
-
-// expire revokes the lease when the ttl ran out without renewal.
-func (h *etcdHolder) expire() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if time.Now().Before(h.until) {
-		return
-	}
-	h.end()
-}
-
-// end revokes the lease for good; the caller holds mu.
-func (h *etcdHolder) end() {
-	if !h.ended {
-		h.ended = true
-		h.expiry.Stop()
-		closeSession(h.s)
-	}
+	clientTTL // ends by revoking the session's lease
+	s         *concurrency.Session
+	m         *concurrency.Mutex
 }
 
 // held reports whether the lock's key still exists under this session's
@@ -175,8 +149,7 @@ func (h *etcdHolder) extend(ctx context.Context, ttl time.Duration) error {
 		h.end()
 		return ErrNotHeld
 	}
-	h.until = time.Now().Add(ttl)
-	h.expiry.Reset(ttl)
+	h.renewed(ttl)
 	return nil
 }
 

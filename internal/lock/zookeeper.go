@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -144,41 +143,16 @@ func (z *ZooKeeper) Obtain(ctx context.Context, key string, ttl time.Duration, o
 		}
 		fence = stat.Czxid
 	}
-	h := &zkHolder{conn: z.conn, path: path, until: start.Add(ttl)}
-	h.mu.Lock()
-	h.expiry = time.AfterFunc(time.Until(h.until), h.expire)
-	h.mu.Unlock()
+	h := &zkHolder{conn: z.conn, path: path}
+	h.keep(start.Add(ttl), func() { _ = z.conn.Delete(path, -1) })
 	return newLock(ctx, key, fence, start, ttl, h, o)
 }
 
 // zkHolder is one lock held by one node.
 type zkHolder struct {
-	conn *zk.Conn
-	path string
-
-	mu     sync.Mutex
-	ended  bool        // the node was deleted by us; guarded by mu
-	until  time.Time   // when the ttl runs out; guarded by mu
-	expiry *time.Timer // fires at until; guarded by mu
-}
-
-// expire deletes the node when the ttl ran out without renewal.
-func (h *zkHolder) expire() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if time.Now().Before(h.until) {
-		return
-	}
-	h.end()
-}
-
-// end deletes the node for good; the caller holds mu.
-func (h *zkHolder) end() {
-	if !h.ended {
-		h.ended = true
-		h.expiry.Stop()
-		_ = h.conn.Delete(h.path, -1)
-	}
+	clientTTL // ends by deleting the node
+	conn      *zk.Conn
+	path      string
 }
 
 // held reports whether the node still exists: it is gone if the session
@@ -202,8 +176,7 @@ func (h *zkHolder) extend(_ context.Context, ttl time.Duration) error {
 		h.end()
 		return ErrNotHeld
 	}
-	h.until = time.Now().Add(ttl)
-	h.expiry.Reset(ttl)
+	h.renewed(ttl)
 	return nil
 }
 
@@ -213,7 +186,7 @@ func (h *zkHolder) release(context.Context) error {
 	if h.ended {
 		return ErrNotHeld
 	}
-	h.ended = true
+	h.ended = true // deleted here, to tell a node already gone
 	h.expiry.Stop()
 	switch err := h.conn.Delete(h.path, -1); {
 	case errors.Is(err, zk.ErrNoNode):
