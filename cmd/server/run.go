@@ -293,7 +293,7 @@ func newRedis(cfg config) redis.UniversalClient {
 		Username: cfg.Redis.Username, Password: cfg.Redis.Password,
 		SentinelPassword: cfg.Redis.SentinelPassword,
 		TLSConfig:        tlsConfig,
-		PoolSize:         cfg.RedisPoolSize,
+		PoolSize:         cfg.RedisPoolSize + blockingReaders(cfg),
 		// Fail fast when Redis is down: a request answers 503 in about
 		// a second instead of piling up behind redials. And never
 		// retry: the stock scripts are not idempotent, and a retry
@@ -308,6 +308,17 @@ func newRedis(cfg config) redis.UniversalClient {
 		return newClusterClient(opt)
 	}
 	return redis.NewClient(opt.Simple())
+}
+
+// blockingReaders is the connections async mode's consumers hold besides
+// REDIS_POOL_SIZE: each shard's consumer waits in XREADGROUP ... BLOCK on a
+// connection of its own, and without these sixteen the requests would
+// share what is left of the pool.
+func blockingReaders(cfg config) int {
+	if cfg.Mode == "async" {
+		return stock.Shards
+	}
+	return 0
 }
 
 // migrate applies the migrations. On MySQL it uses connections of its own
