@@ -11,8 +11,10 @@ import (
 // voucher in N buckets on N masters can be asked N times as often.
 //
 // Each user has a home bucket (Home). A request first takes a unit there
-// (take.lua, as for an unsplit voucher). Only when home is empty does it
-// look further: it takes a unit from the next bucket that has one
+// (take.lua, as for an unsplit voucher, which tells a buyer "already
+// bought" before it looks at the stock). Only when home is empty does a
+// user who has not bought look further: one pipeline reads the other
+// buckets' stock, it takes a unit from the next bucket that showed one
 // (unit.lua), then claims the user in the home bucket (claim.lua). So:
 //
 //   - The buyer is remembered in one place only, the home bucket's buyers

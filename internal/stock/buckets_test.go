@@ -172,6 +172,96 @@ func TestBucketsNeverOversell(t *testing.T) {
 	}
 }
 
+// A buyer whose home bucket is empty clicks again and again while another
+// user buys the last unit of another bucket: the buyer is told "already
+// bought" at home and never touches the other bucket. (When take.lua
+// checked the stock before the buyer, each click took that unit, lost its
+// claim at home and gave the unit back, and meanwhile the other user was
+// told "sold out" about one time in three.)
+func TestBucketsRepeatBuyerLeavesOthersAlone(t *testing.T) {
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	ctx := context.Background()
+	const n = 2
+	id := newBucketed(t, rdb, s, 2, n) // a unit in each bucket
+	buyer := usersAt(0, n, 1)[0]
+	h, res, err := s.Take(ctx, id, n, buyer)
+	if err != nil || res != stock.Taken {
+		t.Fatalf("first take: %v %v", res, err)
+	}
+	if _, err := s.Confirm(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, res, err := s.Take(ctx, id, n, buyer); err != nil || res != stock.AlreadyBought {
+				t.Errorf("the buyer clicking again: %v %v, want already bought", res, err)
+				return
+			}
+		}
+	})
+	for _, u := range usersAt(1, n, 300) {
+		h, res, err := s.Take(ctx, id, n, u)
+		if err != nil || res != stock.Taken {
+			t.Errorf("user %d, a unit left in their home bucket: %v %v, want taken", u, res, err)
+			break
+		}
+		if _, err := s.GiveBack(ctx, h, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// A user whose home bucket is empty looks at the other buckets in one
+// pipeline and asks for a unit only where there is one: with 8 buckets and
+// the last unit in the last bucket asked, a take is 3 scripts (home, the
+// unit, the claim), not one per bucket.
+func TestBucketsAskOnlyWhereStockIs(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client(t)
+	s := stock.NewStore(rdb, time.Minute)
+	ctx := context.Background()
+	const n = 8
+	id := newBucketed(t, rdb, s, 1, n) // bucket 0 holds the one unit
+	user := usersAt(1, n, 1)[0]        // home 1: bucket 0 is asked last
+	// A take that finds its home empty, to load the scripts.
+	if _, res, err := s.Take(ctx, id, n, usersAt(2, n, 1)[0]); err != nil || res != stock.Taken {
+		t.Fatalf("warm-up: %v %v", res, err)
+	}
+	if err := s.Init(ctx, id, 1, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := s.Take(ctx, id, n, user); err != nil || res != stock.Taken {
+		t.Fatalf("take: %v %v", res, err)
+	}
+	scripts := 0
+	for _, line := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				var v int
+				fmt.Sscanf(rest, "%d", &v)
+				scripts += v
+			}
+		}
+	}
+	if scripts != 3 {
+		t.Errorf("a take from the last bucket ran %d scripts, want 3", scripts)
+	}
+}
+
 // The last units sell wherever they lie: users whose home bucket is empty
 // take the units of the others, and only then is the voucher sold out.
 func TestBucketsStrandNothing(t *testing.T) {

@@ -21,17 +21,21 @@ local stock = redis.call('GET', KEYS[1])
 if not stock then
   return 3
 end
-if tonumber(stock) <= 0 then
-  if redis.call('ZCARD', KEYS[3]) > 0 then
-    return 4
-  end
-  return 1
-end
+-- The buyer before the stock: a buyer of a split voucher whose home bucket
+-- is empty must hear "already bought" here, or they would go on to take a
+-- unit from another bucket only to give it back when their claim fails,
+-- and meanwhile that unit's hold would tell other buyers "sold out".
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('ZSCORE', KEYS[4], ARGV[1]) then
     return 5
   end
   return 2
+end
+if tonumber(stock) <= 0 then
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    return 4
+  end
+  return 1
 end
 redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
