@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,8 +144,18 @@ func TestLivePage(t *testing.T) {
 	if crowd["holds"] != "true" || crowd["crowd"] != "a crowd of 80 users is buying, 1000 presses a second" {
 		t.Errorf("after the crowd: %v", crowd)
 	}
-	s := waitRest(t, testenv.Open(t, st.DSN), testenv.Redis(t, 4), vid2, 5*time.Second)
+	db := testenv.Open(t, st.DSN)
+	s := waitRest(t, db, testenv.Redis(t, 4), vid2, 5*time.Second)
 	checkInvariants(t, s, crowdStock, nil)
+	// The crowd's users have phones no one can have (100 and then eight
+	// digits), never a carrier's: on a real server the crowd would sign
+	// real people up and spend their one order.
+	var crowdUsers, others int64
+	db.Raw("SELECT COUNT(*) FROM users WHERE phone LIKE '100%'").Row().Scan(&crowdUsers)
+	db.Raw("SELECT COUNT(*) FROM users WHERE phone NOT LIKE '100%' AND phone <> ?", adminPhone).Row().Scan(&others)
+	if crowdUsers != 80 || others != int64(len(users)) {
+		t.Errorf("users: %d with phones 100..., %d others; want the crowd's 80 and the test's %d", crowdUsers, others, len(users))
+	}
 
 	// Without LIVE_CROWD, or without an admin token, the button is refused.
 	other := start(t, st.env(freeAddr(t)))
@@ -154,4 +168,123 @@ func TestLivePage(t *testing.T) {
 	if r := mustCall(t, "GET", in.Base+"/live/"+fmt.Sprint(1<<62), "", nil); r.Status != 404 {
 		t.Errorf("page of no voucher: %d, want 404", r.Status)
 	}
+}
+
+// holdSlot sends a request that stays in flight, holding one of the
+// instance's MAX_IN_FLIGHT slots and keeping a shutdown waiting: its
+// headers whole, its body not (the handler waits for the rest, up to the
+// server's 10s ReadTimeout). release ends it.
+func holdSlot(t *testing.T, base string) (release func()) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := "POST /auth/login HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return func() { conn.Close() }
+}
+
+// The event streams pass the cap on requests in flight (a stream lasts as
+// long as its page); the live page and the crowd's POST do not: with the
+// one slot of MAX_IN_FLIGHT=1 taken, a stream opens, and they are
+// refused 429 busy.
+func TestLiveStreamsAloneOutsideTheCap(t *testing.T) {
+	st := newStack(t, 0)
+	in := start(t, st.env(freeAddr(t), "LIVE_CROWD", "true", "MAX_IN_FLIGHT", "1"))
+	admin, _ := mustLogin(t, in.Base, adminPhone)
+	vid := openVoucher(t, in.Base, admin, 5)
+
+	release := holdSlot(t, in.Base)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, _ := call("GET", in.Base+"/vouchers/"+vid, "", nil)
+		if r.Status == http.StatusTooManyRequests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the held request did not take the slot: GET /vouchers answers %d", r.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", in.Base+"/live/"+vid+"/events", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	if resp.StatusCode != http.StatusOK || line != "retry: 1000\n" {
+		t.Errorf("the event stream at the cap: %d, first line %q; want 200 and its stream", resp.StatusCode, line)
+	}
+	for _, c := range []struct{ method, path, token string }{
+		{"POST", "/live/" + vid + "/crowd", admin},
+		{"GET", "/live/" + vid, ""},
+	} {
+		r, err := call(c.method, in.Base+c.path, c.token, map[string]int{"users": 1})
+		if err != nil || r.Status != http.StatusTooManyRequests || r.Code() != "busy" || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s at the cap: %d %.100q (%v), want 429 busy with Retry-After", c.method, c.path, r.Status, r.Raw, err)
+		}
+	}
+	release()
+	cancel()
+}
+
+// At shutdown the crowd stops first, before the drain of the requests in
+// flight: its presses go to the router directly, so the drain would
+// neither refuse nor wait for them, and a crowd still running would go on
+// buying through it. A request held in flight keeps the drain going while
+// the test counts the orders.
+func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
+	st := newStack(t, 0)
+	in := start(t, st.env(freeAddr(t), "LIVE_CROWD", "true"))
+	admin, _ := mustLogin(t, in.Base, adminPhone)
+	vid := openVoucher(t, in.Base, admin, 1000)
+	db := testenv.Open(t, st.DSN)
+	orders := func() int64 {
+		var n int64
+		if err := db.Raw("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ?", vid).Row().Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// 300 users at 20 presses a second: buying for 15 seconds.
+	if r := mustCall(t, "POST", in.Base+"/live/"+vid+"/crowd", admin, map[string]int{"users": 300, "rate": 20}); r.Status != http.StatusAccepted {
+		t.Fatalf("start the crowd: %d %s", r.Status, r.Raw)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for orders() < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the crowd bought %d in 30s", orders())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	release := holdSlot(t, in.Base)
+	time.Sleep(200 * time.Millisecond) // the held request reaches its handler
+	in.stop()
+	deadline = time.Now().Add(5 * time.Second)
+	for !strings.Contains(in.log.String(), "shutting down") {
+		if time.Now().After(deadline) {
+			t.Fatal("the instance did not begin to shut down")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the crowd's last presses answered
+	before := orders()
+	time.Sleep(2 * time.Second) // 40 presses, were the crowd still on
+	if after := orders(); after != before {
+		t.Errorf("the crowd bought %d more during the drain", after-before)
+	}
+	if strings.Contains(in.log.String(), "msg=stopped") {
+		t.Fatal("the shutdown did not wait for the request in flight: the test proves nothing")
+	}
+	release()
 }

@@ -141,9 +141,6 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// grace period (docker compose: stop_grace_period), which then kills
 	// the process mid-drain with SIGKILL.
 	stopBackground := func(deadline context.Context) {
-		if app.crowd != nil {
-			app.crowd.Close()
-		}
 		stopBg()
 		stop := context.AfterFunc(deadline, stopDrain)
 		defer stop()
@@ -155,6 +152,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	case err := <-serveErr:
 		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
 		defer cancel()
+		app.stopCrowd()
 		srv.Shutdown(shutCtx) // if it was the metrics server that failed
 		stopBackground(shutCtx)
 		stopMetrics(shutCtx)
@@ -164,6 +162,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	log.Info("shutting down: no new connections; waiting for requests in flight", "grace", cfg.ShutdownGrace)
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
 	defer cancel()
+	app.stopCrowd()
 	err = srv.Shutdown(shutCtx)
 	stopBackground(shutCtx)
 	stopMetrics(shutCtx)
@@ -452,12 +451,14 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	// The answers of the buy button are counted first of all, so that
 	// the cap's 429s and a recovered panic's 500 are counted too.
 	// /metrics passes the cap as well: an overload is when it is wanted.
+	// So do the /live event streams, which last as long as their page
+	// (they have a cap of their own), but not the live page or the crowd.
 	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
 		r.Use(trace) // first: the request's span covers everything after
 	}
 	recorder := live.NewRecorder(st.rdb, log)
 	r.Use(m.Seckill(order.SeckillRoute), recorder.Middleware(order.SeckillRoute), web.Recover(log),
-		admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics", "/live/*"), web.LimitBody())
+		live.PassStreams(admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics")), web.LimitBody())
 	authn := tokens.Authenticate(fail)
 
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -497,6 +498,17 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		a.consumers = queue.NewShards(st.db, st.rdb, now, qcfg, log)
 	}
 	return a, nil
+}
+
+// stopCrowd stops the simulated crowd, if any, and waits for its last
+// presses. It must come before the server's Shutdown: the crowd's presses
+// go to the router directly, not through the server, so Shutdown would
+// neither refuse nor wait for them, and the crowd would go on buying
+// through the drain.
+func (a *app) stopCrowd() {
+	if a.crowd != nil {
+		a.crowd.Close()
+	}
 }
 
 // seedDemo creates a voucher on sale for a day, so the demo has something

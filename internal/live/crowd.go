@@ -18,8 +18,8 @@ import (
 // Crowd is a built-in simulated crowd: users who each press a voucher's buy
 // button twice (a double click), at a steady rate, through the server's own
 // handler (every guard, limit and counter sees them as it sees real
-// buyers). It is for demonstrations: the users are real rows, with phones
-// 19900000000 and up.
+// buyers). It is for demonstrations: the users are real rows, with the
+// phones crowdPhone names.
 type Crowd struct {
 	tokens func(ctx context.Context, phone string) (string, error)
 	log    *slog.Logger
@@ -93,10 +93,21 @@ func (c *Crowd) Start(voucherID int64, in CrowdInput) (CrowdInput, error) {
 	return in, nil
 }
 
+// crowdPhone is the phone of the crowd's user i: 100 followed by i in
+// eight digits, 10000000000 and up. The crowd signs its users in without
+// a code (it needs none), so a phone of its own that belonged to someone
+// would sign that person up and spend their one order of the voucher. No
+// one has these: China's mobile numbers begin 13 to 19 (10, 11 and 12
+// begin short service numbers: 10086, 110, 12306), and read as a North
+// American number (+1) they have area code 000, which cannot exist. They
+// still pass package auth's check (11 digits, the first 1), and no SMS
+// can reach them: behind a real SMS gateway no one logs in as one of them.
+func crowdPhone(i int) string { return fmt.Sprintf("100%08d", i) }
+
 func (c *Crowd) run(voucherID int64, in CrowdInput) error {
 	tokens := make([]string, in.Users)
 	for i := range tokens {
-		t, err := c.tokens(c.ctx, "199"+fmt.Sprintf("%08d", i))
+		t, err := c.tokens(c.ctx, crowdPhone(i))
 		if err != nil {
 			return fmt.Errorf("sign in user %d of the crowd: %w", i, err)
 		}

@@ -1,11 +1,9 @@
 package live
 
 import (
-	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -37,6 +35,7 @@ var pageCSP = func() string {
 // Handler serves the live page, its events, and the crowd.
 type Handler struct {
 	src   *Source
+	feeds *feeds
 	crowd *Crowd // nil: LIVE_CROWD is off
 	log   *slog.Logger
 	done  <-chan struct{}
@@ -47,14 +46,32 @@ type Handler struct {
 // would otherwise keep the shutdown waiting for as long as a page is
 // open.
 func NewHandler(src *Source, crowd *Crowd, done <-chan struct{}, log *slog.Logger) *Handler {
-	return &Handler{src: src, crowd: crowd, done: done, log: log}
+	return &Handler{src: src, feeds: newFeeds(src.Read, log), crowd: crowd, done: done, log: log}
 }
+
+// EventsRoute is the event streams' route, in gin's pattern.
+const EventsRoute = "/live/:voucherId/events"
 
 // Register adds the routes; admin guards the crowd, behind authn.
 func (h *Handler) Register(r gin.IRouter, authn, admin gin.HandlerFunc) {
 	r.GET("/live/:voucherId", h.page)
-	r.GET("/live/:voucherId/events", h.events)
+	r.GET(EventsRoute, h.events)
 	r.POST("/live/:voucherId/crowd", authn, admin, h.startCrowd)
+}
+
+// PassStreams runs limit, the instance's cap on requests in flight, for
+// every request but an event stream: a stream lasts as long as its page,
+// and would hold a slot all that time. The streams are bounded by a cap
+// of their own (MaxStreams). The page and the crowd are ordinary
+// requests, under limit.
+func PassStreams(limit gin.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.Method == http.MethodGet && c.FullPath() == EventsRoute {
+			c.Next()
+			return
+		}
+		limit(c)
+	}
 }
 
 func (h *Handler) page(c *gin.Context) {
@@ -85,55 +102,46 @@ func (h *Handler) events(c *gin.Context) {
 		web.Error(c, h.log, err)
 		return
 	}
+	events, leave, err := h.feeds.join(id)
+	if err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	defer leave()
 	c.Header("Content-Type", "text/event-stream")
 	c.Header("Cache-Control", "no-store")
 	c.Header("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	c.Status(http.StatusOK)
 	rc := http.NewResponseController(c.Writer)
-	io.WriteString(c.Writer, "retry: 1000\n\n")
+	// At once, before the first event (up to a second and a bit away
+	// when this stream starts its voucher's reader): the page shows it
+	// is connected.
+	if send(rc, c.Writer, []byte("retry: 1000\n\n")) != nil {
+		return
+	}
 	end := time.After(streamFor)
 	for {
-		if err := h.send(ctx, rc, c.Writer, id); err != nil {
-			return // the client left
-		}
-		// Just after the next second begins, when every instance has
-		// added the last second's answers.
-		now := time.Now()
-		wait := now.Truncate(time.Second).Add(time.Second + 300*time.Millisecond).Sub(now)
 		select {
+		case event := <-events:
+			if send(rc, c.Writer, event) != nil {
+				return // the client left
+			}
 		case <-ctx.Done():
 			return
 		case <-h.done:
 			return
 		case <-end:
 			return
-		case <-time.After(wait):
 		}
 	}
 }
 
-// send writes one event: the figures, or an error event the page shows
-// while the stream goes on.
-func (h *Handler) send(ctx context.Context, rc *http.ResponseController, w io.Writer, id int64) error {
-	rctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
-	f, err := h.src.Read(rctx, id)
-	cancel()
-	var event []byte
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		h.log.WarnContext(ctx, "live: read the sale", "voucher", id, "err", err)
-		// The cause stays in the log: the page is public.
-		event = []byte("event: trouble\ndata: {\"message\": \"cannot read the sale now: MySQL or Redis did not answer\"}\n\n")
-	} else {
-		data, _ := json.Marshal(f)
-		event = append(append([]byte("event: figures\ndata: "), data...), "\n\n"...)
-	}
+// send writes b to the stream and flushes it.
+func send(rc *http.ResponseController, w io.Writer, b []byte) error {
 	// The server's WriteTimeout counts from the request's start: each
 	// event moves the deadline on, or the stream would be cut after it.
 	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := w.Write(event); err != nil {
+	if _, err := w.Write(b); err != nil {
 		return err
 	}
 	return rc.Flush()

@@ -21,7 +21,11 @@ package live
 
 import (
 	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,12 +34,17 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/apperr"
 	"seckill/internal/order"
 )
 
 // Outcomes are the answers counted, in the order the page shows them: the
-// contract's codes the buy button gives.
-var Outcomes = []string{"ok", "sold_out", "already_ordered", "busy", "not_started", "ended", "not_found", "unavailable", "unauthorized", "invalid_argument", "forbidden", "internal"}
+// contract's codes the buy button gives to a buyer of a voucher that
+// exists. Not unauthorized, not_found or invalid_argument: a request
+// without a token, or for an ID that is no voucher, is nobody buying
+// anything, and counting it would let anyone, without an account, fill
+// the Recorder with made-up vouchers (see Middleware).
+var Outcomes = []string{"ok", "sold_out", "already_ordered", "busy", "not_started", "ended", "unavailable", "forbidden", "internal"}
 
 var outcomeIndex = func() map[string]int {
 	m := map[string]int{}
@@ -74,7 +83,8 @@ type counts struct {
 // Bounds on the vouchers counted: a voucher quiet for forgetAfter is
 // forgotten (a request that races the forgetting loses its count, once in
 // ten minutes of silence), and no more than maxVouchers are counted at
-// once, so that a flood of made-up voucher IDs cannot grow the map.
+// once. Only vouchers that exist are counted (Middleware), so the bound
+// is one on the admins' vouchers, never reached by made-up IDs.
 const (
 	forgetAfter = 600 // seconds
 	maxVouchers = 10_000
@@ -87,14 +97,33 @@ type Recorder struct {
 	log      *slog.Logger
 	vouchers sync.Map // voucher ID -> *counts
 	n        atomic.Int64
+	// id names this Recorder in its batches' markers (add.lua): batches
+	// of two instances, or of one before and after a restart, never
+	// share a name.
+	id string
+
+	// Run's alone:
+	seq     int64   // the last batch's number
+	pending []batch // batches Redis has not confirmed, oldest first
 }
 
 // NewRecorder returns a Recorder that adds its counts to rdb.
 func NewRecorder(rdb redis.UniversalClient, log *slog.Logger) *Recorder {
-	return &Recorder{rdb: rdb, log: log}
+	b := make([]byte, 8)
+	rand.Read(b)
+	return &Recorder{rdb: rdb, log: log, id: hex.EncodeToString(b)}
 }
 
 // Middleware counts the answers of route (the buy button's), per voucher.
+//
+// It counts the answers to a voucher only once it knows the voucher
+// exists: a voucher is counted from its first answer that the seckill
+// flow gives after finding it (afterLookup), and from then on every
+// answer to it, the busy ones of the per-user rate and the in-flight cap
+// included, which come before any lookup. Answers to other IDs are not
+// counted at all: else ten thousand requests without a token, each to a
+// made-up ID, would fill the Recorder (maxVouchers) and stop it counting
+// the real sale, and have every flush write to Redis for each of them.
 func (r *Recorder) Middleware(route string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.FullPath() != route {
@@ -103,21 +132,17 @@ func (r *Recorder) Middleware(route string) gin.HandlerFunc {
 		}
 		start := time.Now()
 		c.Next()
+		i, ok := outcomeIndex[order.Answer(c)]
+		if !ok {
+			return // no token, no such voucher, no valid ID: no buyer, or nothing to buy
+		}
 		id, err := strconv.ParseInt(c.Param("voucherId"), 10, 64)
 		if err != nil || id <= 0 {
-			return // not a voucher: nothing to show
-		}
-		answer := order.Answer(c)
-		if answer == "not_found" || answer == "invalid_argument" {
-			return // not a voucher of ours
-		}
-		i, ok := outcomeIndex[answer]
-		if !ok {
-			i = outcomeIndex["internal"]
+			return
 		}
 		v, _ := r.vouchers.Load(id)
 		if v == nil {
-			if r.n.Load() >= maxVouchers {
+			if !afterLookup(c) || r.n.Load() >= maxVouchers {
 				return
 			}
 			var loaded bool
@@ -131,14 +156,47 @@ func (r *Recorder) Middleware(route string) gin.HandlerFunc {
 	}
 }
 
+// afterLookup reports whether the buy button's answer in c proves that
+// the voucher exists: a 200, or an error the seckill handler left at
+// order.ErrorKey other than not_found and unavailable. The seckill flow
+// begins by finding the voucher (voucher.Service.Find), which fails only
+// with those two; any other error comes after it found the voucher.
+// Answers given before the handler runs (no token: 401; over the rate or
+// the cap: 429) leave no error there and prove nothing.
+func afterLookup(c *gin.Context) bool {
+	if c.Writer.Status() == http.StatusOK {
+		return true
+	}
+	v, ok := c.Get(order.ErrorKey)
+	if !ok {
+		return false
+	}
+	err, _ := v.(error)
+	if err == nil {
+		return false
+	}
+	if e := apperr.As(err); e != nil && (e.Code == apperr.NotFound || e.Code == apperr.Unavailable) {
+		return false
+	}
+	return true
+}
+
 // secondKey holds the answers to voucher id in second sec of all
-// instances: field outcome -> count, and "lat:<bucket>" -> count.
+// instances: field outcome -> count, and "lat:<bucket>" -> count. The
+// braces put a voucher's keys in one Redis Cluster slot: add.lua writes
+// them together.
 func secondKey(id, sec int64) string {
-	return "seckill:live:" + strconv.FormatInt(id, 10) + ":" + strconv.FormatInt(sec, 10)
+	return "seckill:live:{" + strconv.FormatInt(id, 10) + "}:" + strconv.FormatInt(sec, 10)
 }
 
 // totalKey holds the answers to voucher id since its sale began.
-func totalKey(id int64) string { return "seckill:live:" + strconv.FormatInt(id, 10) + ":total" }
+func totalKey(id int64) string { return "seckill:live:{" + strconv.FormatInt(id, 10) + "}:total" }
+
+// sentKey marks batch seq of the Recorder named recorder as added to
+// voucher id's counts (add.lua).
+func sentKey(id int64, recorder string, seq int64) string {
+	return "seckill:live:{" + strconv.FormatInt(id, 10) + "}:sent:" + recorder + ":" + strconv.FormatInt(seq, 10)
+}
 
 // keep is how long the counts stay in Redis: a second's for the page to
 // read it, the totals for the day of the sale.
@@ -146,6 +204,30 @@ const (
 	keepSecond = 2 * time.Minute
 	keepTotal  = 24 * time.Hour
 )
+
+// A batch Redis did not confirm is sent again every second for up to
+// retryFor, then given up (Redis has been away that long; the page has
+// shown the trouble). Its marker outlives the last try, so that a try
+// whose reply was lost is never added again.
+const (
+	retryFor   = time.Minute
+	keepMarker = 2 * retryFor
+)
+
+//go:embed add.lua
+var addLua string
+
+var addScript = redis.NewScript(addLua)
+
+// batch is one voucher's answers of one second, as sent to Redis. It keeps
+// its number until Redis confirms it: sent again, it is the same batch,
+// which add.lua adds once.
+type batch struct {
+	voucher int64
+	sec     int64
+	seq     int64
+	fields  []any // field, count, field, count, ...
+}
 
 // Run adds the counts to Redis at the start of every second until ctx
 // ends, and once more then.
@@ -164,41 +246,85 @@ func (r *Recorder) Run(ctx context.Context) {
 	}
 }
 
+// flush takes the answers counted so far as second sec's, and sends them
+// to Redis in one pipeline, with the batches Redis has not yet confirmed.
+// Counts are taken out of memory before they are sent; a batch that fails
+// stays pending (never dropped, never merged back into the counts, which
+// would give it a new name) until Redis confirms it or retryFor passes.
+// So a slow Redis, or a pipeline that times out, delays the counts rather
+// than losing them, and never counts them twice.
 func (r *Recorder) flush(ctx context.Context, sec int64) {
+	r.vouchers.Range(func(k, v any) bool {
+		id, cs := k.(int64), v.(*counts)
+		var fields []any
+		for i := range Outcomes {
+			if n := cs.answers[i].Swap(0); n > 0 {
+				fields = append(fields, Outcomes[i], n)
+			}
+		}
+		if fields == nil {
+			if cs.quiet++; cs.quiet >= forgetAfter {
+				r.vouchers.Delete(id)
+				r.n.Add(-1)
+			}
+			return true
+		}
+		cs.quiet = 0
+		for i := range cs.latency {
+			if n := cs.latency[i].Swap(0); n > 0 {
+				fields = append(fields, "lat:"+strconv.Itoa(i), n)
+			}
+		}
+		r.seq++
+		r.pending = append(r.pending, batch{voucher: id, sec: sec, seq: r.seq, fields: fields})
+		return true
+	})
+	if given := r.giveUp(sec); given > 0 {
+		r.log.WarnContext(ctx, "live: gave up adding answers to Redis", "batches", given, "tried_for", retryFor)
+	}
+	if len(r.pending) == 0 {
+		return
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	pipe := r.rdb.Pipeline()
-	r.vouchers.Range(func(k, v any) bool {
-		id, cs := k.(int64), v.(*counts)
-		key, total := secondKey(id, sec), totalKey(id)
-		counted := false
-		for i := range Outcomes {
-			if n := cs.answers[i].Swap(0); n > 0 {
-				pipe.HIncrBy(ctx, key, Outcomes[i], n)
-				pipe.HIncrBy(ctx, total, Outcomes[i], n)
-				counted = true
-			}
-		}
-		for i := range cs.latency {
-			if n := cs.latency[i].Swap(0); n > 0 {
-				pipe.HIncrBy(ctx, key, "lat:"+strconv.Itoa(i), n)
-			}
-		}
-		if counted {
-			cs.quiet = 0
-			pipe.Expire(ctx, key, keepSecond)
-			pipe.Expire(ctx, total, keepTotal)
-		} else if cs.quiet++; cs.quiet >= forgetAfter {
-			r.vouchers.Delete(id)
-			r.n.Add(-1)
-		}
-		return true
-	})
-	if pipe.Len() == 0 {
-		return
+	cmds := make([]*redis.Cmd, len(r.pending))
+	for i, b := range r.pending {
+		keys := []string{secondKey(b.voucher, b.sec), totalKey(b.voucher), sentKey(b.voucher, r.id, b.seq)}
+		args := append([]any{int64(keepSecond / time.Second), int64(keepTotal / time.Second), int64(keepMarker / time.Second)}, b.fields...)
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT,
+		// and Redis compiles a script once per hash either way.
+		cmds[i] = addScript.Eval(ctx, pipe, keys, args...)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		// The page misses this second's counts; the sale goes on.
-		r.log.WarnContext(ctx, "live: add answers to Redis", "err", err)
+	pipe.Exec(ctx) // each command's error is looked at below
+	kept := r.pending[:0]
+	var failed error
+	for i, b := range r.pending {
+		if err := cmds[i].Err(); err != nil {
+			kept = append(kept, b)
+			failed = err
+		}
 	}
+	clear(r.pending[len(kept):])
+	r.pending = kept
+	if failed != nil {
+		// The page misses these counts until a try succeeds; the sale
+		// goes on.
+		r.log.WarnContext(ctx, "live: add answers to Redis; trying again next second", "batches", len(kept), "err", failed)
+	}
+}
+
+// giveUp drops the pending batches older than retryFor at second sec, and
+// returns how many.
+func (r *Recorder) giveUp(sec int64) int {
+	oldest := sec - int64(retryFor/time.Second)
+	n := 0
+	for n < len(r.pending) && r.pending[n].sec < oldest {
+		n++
+	}
+	if n > 0 {
+		r.pending = append(r.pending[:0], r.pending[n:]...)
+	}
+	return n
 }

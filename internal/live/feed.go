@@ -1,0 +1,140 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"seckill/internal/apperr"
+)
+
+// MaxStreams bounds the event streams one instance keeps open at once.
+// A stream costs a connection, a goroutine and a small write a second,
+// and no read of its own (one reader per voucher serves them all), so the
+// bound is on connections, well under a process's open files. Beyond it a
+// page is answered 429 busy and tries again a little later.
+const MaxStreams = 1000
+
+// streamsRetry is the Retry-After of a stream refused by MaxStreams: a
+// stream lasts minutes, so a slot frees slowly.
+const streamsRetry = 10 * time.Second
+
+// ErrTooManyStreams refuses a stream beyond MaxStreams.
+var ErrTooManyStreams = apperr.New(apperr.Busy, "this server shows as many live pages as it may; try again after Retry-After seconds")
+
+// feeds reads each voucher's figures once a second, whatever the number
+// of its streams, and hands every stream the same event. A stream per
+// reader would run one MySQL statement a second per open tab, on the pool
+// that writes the orders: a thousand tabs, a thousand statements a
+// second. A voucher's reader starts with its first stream and stops when
+// its last leaves.
+type feeds struct {
+	read func(ctx context.Context, voucherID int64) (Figures, error)
+	log  *slog.Logger
+	max  int // streams at once; MaxStreams but in tests
+
+	mu   sync.Mutex
+	open int // streams
+	byID map[int64]*feed
+	wg   sync.WaitGroup // the readers
+}
+
+// feed is one voucher's reader and its streams.
+type feed struct {
+	streams map[chan []byte]struct{} // under feeds.mu
+	last    []byte                   // the last event, for a stream that joins; under feeds.mu
+	stop    context.CancelFunc
+}
+
+func newFeeds(read func(context.Context, int64) (Figures, error), log *slog.Logger) *feeds {
+	return &feeds{read: read, log: log, max: MaxStreams, byID: map[int64]*feed{}}
+}
+
+// join opens a stream of voucherID's events: the last one at once if its
+// reader has one, then each new one. A stream that falls behind gets the
+// newest event, not a queue of old ones. leave closes the stream; it must
+// be called, once.
+func (fs *feeds) join(voucherID int64) (events <-chan []byte, leave func(), err error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.open >= fs.max {
+		return nil, nil, apperr.RetryAfter(ErrTooManyStreams, streamsRetry)
+	}
+	fs.open++
+	f := fs.byID[voucherID]
+	if f == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		f = &feed{streams: map[chan []byte]struct{}{}, stop: stop}
+		fs.byID[voucherID] = f
+		fs.wg.Go(func() { fs.run(ctx, voucherID, f) })
+	}
+	ch := make(chan []byte, 1)
+	if f.last != nil {
+		ch <- f.last
+	}
+	f.streams[ch] = struct{}{}
+	leave = func() {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		fs.open--
+		delete(f.streams, ch)
+		if len(f.streams) == 0 {
+			f.stop()
+			delete(fs.byID, voucherID)
+		}
+	}
+	return ch, leave, nil
+}
+
+// run reads voucherID's figures now, then just after each second begins
+// (when every instance has added the last second's answers), and hands
+// them to f's streams, until ctx ends.
+func (fs *feeds) run(ctx context.Context, voucherID int64, f *feed) {
+	for {
+		event := fs.event(ctx, voucherID)
+		if ctx.Err() != nil {
+			return
+		}
+		fs.mu.Lock()
+		f.last = event
+		for ch := range f.streams {
+			offer(ch, event)
+		}
+		fs.mu.Unlock()
+		now := time.Now()
+		wait := now.Truncate(time.Second).Add(time.Second + 300*time.Millisecond).Sub(now)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// offer puts event in ch, in place of an event the stream has not taken.
+func offer(ch chan []byte, event []byte) {
+	select {
+	case <-ch:
+	default:
+	}
+	ch <- event // the reader alone sends, under feeds.mu: there is room
+}
+
+// event reads the figures, as an event: figures, or trouble, which the
+// page shows while the stream goes on.
+func (fs *feeds) event(ctx context.Context, voucherID int64) []byte {
+	rctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+	f, err := fs.read(rctx, voucherID)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			fs.log.WarnContext(ctx, "live: read the sale", "voucher", voucherID, "err", err)
+		}
+		// The cause stays in the log: the page is public.
+		return []byte("event: trouble\ndata: {\"message\": \"cannot read the sale now: MySQL or Redis did not answer\"}\n\n")
+	}
+	data, _ := json.Marshal(f)
+	return append(append([]byte("event: figures\ndata: "), data...), "\n\n"...)
+}

@@ -1,0 +1,221 @@
+package live
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/stock"
+	"seckill/internal/testenv"
+	"seckill/internal/voucher"
+)
+
+// liveServer serves a Handler on the real MySQL and Redis, with a voucher
+// on sale; reads counts the handler's reads of the sale's figures.
+type liveServer struct {
+	h       *Handler
+	url     string
+	voucher string
+	reads   *atomic.Int64
+}
+
+func newLiveServer(t *testing.T, maxStreams int) liveServer {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db := testenv.Open(t, testenv.MySQLDSN(t))
+	rdb := testenv.Redis(t, 0)
+	stocks := stock.NewStore(rdb, 15*time.Second)
+	vouchers := voucher.NewService(db, stocks, nil, time.Now, log)
+	title, n := "Live test", int64(10)
+	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	v, err := vouchers.Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &n, BeginTime: &begin, EndTime: &end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	h := NewHandler(NewSource(db, rdb, vouchers, stocks, nil, time.Now), nil, done, log)
+	h.feeds.max = maxStreams
+	reads := &atomic.Int64{}
+	read := h.feeds.read
+	h.feeds.read = func(ctx context.Context, id int64) (Figures, error) {
+		reads.Add(1)
+		return read(ctx, id)
+	}
+	gin.SetMode(gin.TestMode)
+	r := gin.New()
+	pass := func(c *gin.Context) { c.Next() }
+	h.Register(r, pass, pass)
+	srv := httptest.NewServer(r)
+	t.Cleanup(func() {
+		close(done)
+		srv.Close()
+		h.feeds.wg.Wait() // every reader stopped: none is left behind
+	})
+	return liveServer{h: h, url: srv.URL, voucher: v.ID, reads: reads}
+}
+
+// stream is one open event stream.
+type stream struct {
+	events chan Figures // each figures event
+	close  func()
+}
+
+// openStream opens an event stream; a refusal is returned, not a failure.
+func openStream(t *testing.T, url string) (*stream, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		cancel()
+		return nil, resp
+	}
+	s := &stream{events: make(chan Figures, 100)}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(s.events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var f Figures
+				if json.Unmarshal([]byte(data), &f) == nil {
+					select {
+					case s.events <- f:
+					default:
+					}
+				}
+			}
+		}
+	})
+	s.close = func() { cancel(); resp.Body.Close(); wg.Wait() }
+	t.Cleanup(s.close)
+	return s, resp
+}
+
+// next waits for the stream's next figures.
+func (s *stream) next(t *testing.T) Figures {
+	t.Helper()
+	select {
+	case f, ok := <-s.events:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return f
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event in 10s")
+	}
+	return Figures{}
+}
+
+// Many streams of one voucher share one reader: the figures are read once
+// a second, not once a second per stream. Streams beyond the cap are
+// refused with 429 busy, Retry-After and the error envelope, until one
+// leaves; when the last leaves, the reader stops.
+func TestEventsShareOneReaderUnderACap(t *testing.T) {
+	const streams = 5
+	ls := newLiveServer(t, streams)
+	events := ls.url + "/live/" + ls.voucher + "/events"
+
+	start := time.Now() // the reader starts with the first stream
+	var open []*stream
+	for range streams {
+		s, resp := openStream(t, events)
+		if s == nil {
+			t.Fatalf("stream refused: %d", resp.StatusCode)
+		}
+		open = append(open, s)
+	}
+	const rounds = 3
+	for range rounds {
+		for _, s := range open {
+			if f := s.next(t); f.Voucher != ls.voucher || f.Initial != 10 {
+				t.Fatalf("figures of the wrong sale: %+v", f)
+			}
+		}
+	}
+	// One read a second, and one at the start; a stream of its own each
+	// would be streams times that.
+	took := time.Since(start)
+	if reads, most := ls.reads.Load(), int64(took/time.Second)+2; reads > most {
+		t.Errorf("%d reads in %s for %d streams, want at most %d: one a second, whatever the streams", reads, took.Round(time.Millisecond), streams, most)
+	}
+
+	s, resp := openStream(t, events)
+	if s != nil {
+		t.Fatalf("stream %d of a cap of %d was let in", streams+1, streams)
+	}
+	var body struct {
+		Error struct{ Code, Message string }
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || body.Error.Code != "busy" || resp.Header.Get("Retry-After") != strconv.Itoa(int(streamsRetry/time.Second)) {
+		t.Errorf("over the cap: %d, Retry-After %q, %+v; want 429 busy with Retry-After %d",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body, int(streamsRetry/time.Second))
+	}
+	// The page and the crowd are not streams: the cap does not touch them.
+	if resp, err := http.Get(ls.url + "/live/" + ls.voucher); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the page at the streams' cap: %v %v, want 200", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	open[0].close()
+	waitFor(t, "the stream left to free its slot", func() bool { return streamsOpen(ls.h) == streams-1 })
+	s, resp = openStream(t, events)
+	if s == nil {
+		t.Fatalf("a stream after one left: %d, want 200", resp.StatusCode)
+	}
+	s.next(t)
+	open[0] = s
+
+	for _, s := range open {
+		s.close()
+	}
+	waitFor(t, "the last stream left", func() bool { return streamsOpen(ls.h) == 0 })
+	stopped := make(chan struct{})
+	go func() { ls.h.feeds.wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader goes on after its last stream left")
+	}
+	after := ls.reads.Load()
+	time.Sleep(1500 * time.Millisecond)
+	if n := ls.reads.Load(); n != after {
+		t.Errorf("%d reads with no stream open", n-after)
+	}
+}
+
+func streamsOpen(h *Handler) int {
+	h.feeds.mu.Lock()
+	defer h.feeds.mu.Unlock()
+	return h.feeds.open
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
