@@ -5,14 +5,19 @@
 --
 --   wrk -t2 -c64 -d5s -s loadtest/reject.lua http://127.0.0.1:18080 -- /tmp/tokens.txt 42
 --
--- Arguments after "--": the token file, one token per line, and the
--- voucher ID. With WRK_COUNT=1 in the environment it also counts the
+-- Arguments after "--": the token file, one token per line, the voucher
+-- ID, and optionally wrk's thread count (-t): given it, the threads share
+-- the file out, thread k sending tokens k, k+T, k+2T, ..., so that no user
+-- is sent twice until the file is used up (loadtest/success.sh, where a
+-- repeated user would be an already_ordered instead of an order). Without
+-- it each thread walks the whole file from its own start. With WRK_COUNT=1 in the environment it also counts the
 -- response statuses and prints them at the end; that costs the client CPU,
 -- so timed runs leave it off and a short check run turns it on.
 
 local tokens = {}
 local path = "/"
 local counter = 0
+local step = 1
 statuses = {} -- global: done() reads it with thread:get
 
 local thread_count = 0
@@ -38,13 +43,19 @@ function init(args)
     error("no tokens in " .. file)
   end
   path = "/seckill/" .. voucher
-  -- Threads start at different places in the file, so that two threads
-  -- rarely send the same user at the same moment.
-  counter = ((tid - 1) * 7919) % #tokens
+  local threads = tonumber(args[3])
+  if threads then
+    step = threads
+    counter = tid - 1 - step -- the first request sends token tid
+  else
+    -- Threads start at different places in the file, so that two threads
+    -- rarely send the same user at the same moment.
+    counter = ((tid - 1) * 7919) % #tokens
+  end
 end
 
 function request()
-  counter = counter + 1
+  counter = counter + step
   local token = tokens[(counter % #tokens) + 1]
   return wrk.format("POST", path, { ["Authorization"] = "Bearer " .. token })
 end

@@ -107,7 +107,7 @@ left() { curl -fsS --max-time 10 "http://$SERVER_ADDR/vouchers/$1" | jq -r .stoc
 # run_wrk base-url voucher: one timed run; prints "req/s seconds requests".
 run_wrk() {
 	local out
-	out=$(timeout 60 wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s loadtest/reject.lua "$1" -- "$WORK/tokens.txt" "$2")
+	out=$(timeout 60 wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s loadtest/reject.lua "$1" -- "$WORK/tokens.txt" "$2" "$THREADS")
 	grep -q 'Socket errors' <<<"$out" && log "$(grep 'Socket errors' <<<"$out") ($1)"
 	awk '/requests in/ { n = $1; s = $4; sub(/s,?$/, "", s) } /^Requests\/sec:/ { r = $2 } END { print r, s, n }' <<<"$out"
 }
