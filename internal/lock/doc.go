@@ -118,10 +118,20 @@
 // the guards keep the data right when the lock fails.
 //
 // Use Redis locks where a rare double execution is caught by such guards or
-// is merely wasteful. Where it must never happen, use a system built on
-// consensus, such as etcd (its leases and revisions give a lock with a
-// fencing token for free) or ZooKeeper, or let the database itself decide:
-// a row lock (SELECT ... FOR UPDATE), a unique constraint, or an update
+// is merely wasteful. A lock on a store built on consensus, [Etcd] or
+// [ZooKeeper], removes one cause of a double hold: a failover does not lose
+// it. What the server keeps there is a lease (etcd) or a session
+// (ZooKeeper), not the lock's ttl, so the holder's deadline is the earlier
+// of its ttl and the lease's or session's timeout counted from before the
+// last request the server answered: a holder cut off from the server
+// stops (Done) before the server can expire the lease or session and hand
+// the lock on. That is all they promise. A holder paused past its deadline
+// still resumes believing it holds the lock, and a write already sent
+// still lands late, on these backends as on Redis. Where a double
+// execution must never happen, the resource itself must refuse the stale
+// writer: check a fencing token (etcd's and ZooKeeper's come from the
+// store's own revisions, for free), or let the database decide: a row
+// lock (SELECT ... FOR UPDATE), a unique constraint, or an update
 // conditioned on a version column.
 //
 // # Keys

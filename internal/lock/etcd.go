@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -19,12 +20,22 @@ import (
 // a lock survives the loss of a minority of its members, and a new leader
 // never forgets it (unlike a Redis replica that missed the last write).
 //
-// The lease is etcd's ttl, in whole seconds (and no shorter than the
-// server's minimum, about 2 s by default): it frees the lock of a holder
-// that died or was cut off. The ttl given to Obtain is kept on the client,
+// The lease is what etcd keeps. It lasts whole seconds (no fewer than the
+// server's minimum, about 2 s by default), the session refreshes it every
+// third of that, and when it runs out etcd deletes the lock's key and the
+// next waiter has the lock: so it frees the lock of a holder that died or
+// was cut off. The ttl given to Obtain and Extend is kept on the client,
 // as with MySQL: when it runs out without renewal, the holder revokes its
-// lease at once. So a live holder's lock ends at its ttl, and a dead
-// holder's when its lease expires, a second or two later.
+// lease at once.
+//
+// A holder trusts its lock until the earlier of two times: its ttl, and
+// the end of the lease as etcd last promised it, counted from before the
+// request etcd answered (the grant, or a keepalive the holder sent itself).
+// Extend cannot stretch a lease (etcd fixes its length at the grant), so
+// a lock extended past its lease is kept by keepalives: while the holder
+// is in touch, it confirms the lease every third of it and each answer
+// moves the promise on; cut off, it stops trusting the lock (Done closes)
+// before etcd can hand it on, whatever ttl it was extended to.
 //
 // Fencing is supported: the token is the etcd revision at which the lock
 // was granted, which only grows, so a later holder's token is always
@@ -57,21 +68,45 @@ func (e *Etcd) Obtain(ctx context.Context, key string, ttl time.Duration, opts .
 	if o.owner != "" {
 		return nil, fmt.Errorf("lock: obtain %q: reentrancy on etcd: %w", key, ErrUnsupported)
 	}
+	// The lease is granted under the caller's ctx: an etcd that does not
+	// answer holds Obtain up no longer than the caller is willing to wait.
+	// etcd may grant more than asked (its minimum), never less.
 	start := time.Now()
-	s, err := concurrency.NewSession(e.cli, concurrency.WithTTL(leaseSeconds(ttl)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	g, err := e.cli.Grant(ctx, int64(leaseSeconds(ttl)))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("lock: obtain %q: grant a lease: %w", key, err)
+	}
+	lease := time.Duration(g.TTL) * time.Second
+	// The session keeps the lease alive for as long as the lock is held,
+	// past the end of ctx. It fails only on a closed client; the lease,
+	// bound to no key yet, then runs out on the server.
+	s, err := concurrency.NewSession(e.cli, concurrency.WithLease(g.ID), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 	}
 	m := concurrency.NewMutex(s, e.prefix+key)
-	if o.wait {
-		err = m.Lock(ctx)
-	} else {
-		err = m.TryLock(ctx)
-	}
+	// The recipe's Lock, when its wait is cut short, deletes our key under
+	// the client's own context, which has no deadline: against an etcd
+	// that does not answer it would hold Obtain up for good. So it runs in
+	// a goroutine that Obtain stops waiting for when ctx ends.
+	_, err = orAbandon(ctx, func() (struct{}, error) {
+		var err error
+		if o.wait {
+			err = m.Lock(ctx)
+		} else {
+			err = m.TryLock(ctx)
+		}
+		if err != nil {
+			// Revoking the lease deletes our key, if the request that
+			// made it got through after all.
+			closeSession(s)
+		}
+		return struct{}{}, err
+	}, func(struct{}) { closeSession(s) })
 	if err != nil {
-		// Revoking the lease deletes our key, if the request that made it
-		// got through after all.
-		closeSession(s)
 		switch {
 		case errors.Is(err, concurrency.ErrLocked):
 			return nil, ErrNotAcquired
@@ -80,25 +115,36 @@ func (e *Etcd) Obtain(ctx context.Context, key string, ttl time.Duration, opts .
 		}
 		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 	}
+	h := &etcdHolder{s: s, m: m}
+	promised := promise(start, lease)
 	if o.wait {
-		// The session kept the lease alive while this waited, so the
-		// lock's time counts from now, when it was handed over, as long
-		// as the session still lives.
+		// The lock was handed over when the key before ours went; the
+		// session last refreshed the lease up to a third of it before, so
+		// neither the ttl nor the lease may count from the handover. A
+		// keepalive confirms the lease, and both count from before it.
 		start = time.Now()
-		select {
-		case <-s.Done():
-			closeSession(s)
-			return nil, fmt.Errorf("lock: obtain %q: the session ended while waiting: %w", key, ErrNotAcquired)
-		default:
+		if promised, err = h.confirm(ctx); err != nil {
+			go closeSession(s) // may wait on an etcd that does not answer
+			switch {
+			case errors.Is(err, ErrNotHeld):
+				return nil, fmt.Errorf("lock: obtain %q: the lease ran out while waiting: %w", key, ErrNotAcquired)
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("lock: obtain %q: confirm the lease: %w", key, err)
 		}
 	}
 	var fence int64
 	if o.fencing {
 		fence = m.Header().Revision
 	}
-	h := &etcdHolder{s: s, m: m}
-	h.keep(start.Add(ttl), func() { closeSession(s) })
-	return newLock(ctx, key, fence, start, ttl, h, o)
+	h.keep(start.Add(ttl), promised, lease/3, h.confirm, func() { closeSession(s) })
+	lk, err := newLock(ctx, key, fence, start, ttl, h, o)
+	if err != nil {
+		return nil, err
+	}
+	h.attach(lk.(*handle))
+	return lk, nil
 }
 
 // closeSession revokes the session's lease, which deletes the keys bound
@@ -120,6 +166,23 @@ type etcdHolder struct {
 	m         *concurrency.Mutex
 }
 
+// confirm refreshes the lease once and returns how long etcd now keeps it:
+// the ttl the lease reports, from before the request. A lease etcd no
+// longer knows is ErrNotHeld: it ran out, and took the lock's key along.
+func (h *etcdHolder) confirm(ctx context.Context) (time.Time, error) {
+	sent := time.Now()
+	resp, err := h.s.Client().KeepAliveOnce(ctx, h.s.Lease())
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return time.Time{}, ErrNotHeld
+	case err != nil:
+		return time.Time{}, err
+	case resp.TTL <= 0:
+		return time.Time{}, ErrNotHeld
+	}
+	return promise(sent, time.Duration(resp.TTL)*time.Second), nil
+}
+
 // held reports whether the lock's key still exists under this session's
 // lease: it is gone if the lease expired, or somebody deleted it.
 func (h *etcdHolder) held(ctx context.Context) (bool, error) {
@@ -135,32 +198,32 @@ func (h *etcdHolder) held(ctx context.Context) (bool, error) {
 	return len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) == h.s.Lease(), nil
 }
 
+// extend refreshes the lease, then checks the key: a lease can outlive
+// its key, which an operator may have deleted.
 func (h *etcdHolder) extend(ctx context.Context, ttl time.Duration) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
+	if !h.live() {
 		return ErrNotHeld
 	}
-	ok, err := h.held(ctx)
-	if err != nil {
-		return err
+	sent := time.Now()
+	promised, err := h.confirm(ctx)
+	if err == nil {
+		var ok bool
+		if ok, err = h.held(ctx); err == nil && !ok {
+			err = ErrNotHeld
+		}
 	}
-	if !ok {
-		h.end()
-		return ErrNotHeld
-	}
-	h.renewed(ttl)
-	return nil
+	return h.renew(sent, ttl, promised, err)
 }
 
 func (h *etcdHolder) release(ctx context.Context) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
+	if !h.live() {
 		return ErrNotHeld
 	}
 	ok, err := h.held(ctx)
-	h.end() // revoking the lease deletes the key: the next waiter wakes
+	if !h.released() {
+		return ErrNotHeld // its deadline passed meanwhile, and ended it
+	}
+	closeSession(h.s) // revoking the lease deletes the key: the next waiter wakes
 	if err != nil {
 		return err
 	}

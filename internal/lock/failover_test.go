@@ -94,15 +94,18 @@ func TestLockSurvivesLeaderLoss(t *testing.T) {
 
 	t.Run("zookeeper", func(t *testing.T) {
 		servers := testenv.StartZooKeeperEnsemble(t, 3)
-		connect := func(addrs []string) *zk.Conn {
-			// A session outlives the election (a few seconds at most with
-			// a 200 ms tick): the holder's session moves to a survivor.
-			conn, _, err := zk.Connect(addrs, 8*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+		// A session outlives the election (a few seconds at most with a
+		// 200 ms tick): the holder's session moves to a survivor, and the
+		// holder, which trusts its lock no longer than the session lasts
+		// unconfirmed, renews it in time.
+		const session = 8 * time.Second
+		connect := func(addrs []string) *ZooKeeper {
+			conn, _, err := zk.Connect(addrs, session, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(conn.Close)
-			return conn
+			return NewZooKeeper(conn).WithSessionTimeout(session)
 		}
 		var leader *testenv.ZooKeeperServer
 		var survivors []*testenv.ZooKeeperServer
@@ -116,7 +119,7 @@ func TestLockSurvivesLeaderLoss(t *testing.T) {
 		if leader == nil {
 			t.Fatal("no leader")
 		}
-		check(t, NewZooKeeper(connect(testenv.ZooKeeperAddrs(servers))), leader.Kill,
-			func() Locker { return NewZooKeeper(connect(testenv.ZooKeeperAddrs(survivors))) })
+		check(t, connect(testenv.ZooKeeperAddrs(servers)), leader.Kill,
+			func() Locker { return connect(testenv.ZooKeeperAddrs(survivors)) })
 	})
 }

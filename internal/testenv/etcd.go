@@ -151,6 +151,9 @@ func (s *EtcdServer) IsLeader(t testing.TB, cli *clientv3.Client) bool {
 // Endpoint is the client URL.
 func (s *EtcdServer) Endpoint() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
 
+// Addr is the client address, 127.0.0.1:port, for a faultproxy to forward to.
+func (s *EtcdServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
 // Client returns a client of the server, closed when the test ends.
 func (s *EtcdServer) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
