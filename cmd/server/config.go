@@ -38,16 +38,19 @@ type config struct {
 	RedLockAddrs  []string
 	MySQLMaxConns int
 	RedisPoolSize int
-	TokenTTL      time.Duration
-	StockHold     time.Duration
-	SweepEvery    time.Duration
-	ShutdownGrace time.Duration
-	StartupWait   time.Duration
-	Consumer      string        // async mode: this instance's consumer name
-	ClaimIdle     time.Duration // async mode: idle time before another consumer's entries are claimed
-	Batch         int           // async mode: entries written per transaction
-	MaxDeliveries int64         // async mode: deliveries after which an entry MySQL keeps refusing is dead-lettered
-	AuthLimits    auth.Limits   // login codes: how often sent, how often guessed
+	// RedisPipelines is how many senders share concurrent requests'
+	// commands out in pipelines (package autopipe); 0: each command alone.
+	RedisPipelines int
+	TokenTTL       time.Duration
+	StockHold      time.Duration
+	SweepEvery     time.Duration
+	ShutdownGrace  time.Duration
+	StartupWait    time.Duration
+	Consumer       string        // async mode: this instance's consumer name
+	ClaimIdle      time.Duration // async mode: idle time before another consumer's entries are claimed
+	Batch          int           // async mode: entries written per transaction
+	MaxDeliveries  int64         // async mode: deliveries after which an entry MySQL keeps refusing is dead-lettered
+	AuthLimits     auth.Limits   // login codes: how often sent, how often guessed
 	// TrustedProxies are the IPs and CIDRs whose X-Forwarded-For names
 	// the client's address; empty: none, the address is the peer's.
 	TrustedProxies []string
@@ -115,6 +118,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// 151 for tools, migrations and tests.
 	c.MySQLMaxConns = intVar("MYSQL_MAX_OPEN_CONNS", 30, 1, 1000)
 	c.RedisPoolSize = intVar("REDIS_POOL_SIZE", 64, 1, 10000)
+	c.RedisPipelines = intVar("REDIS_PIPELINES", 4, 0, 64)
 	c.TokenTTL = durVar("TOKEN_TTL", 2*time.Hour)
 	c.StockHold = durVar("STOCK_HOLD", 15*time.Second)
 	c.SweepEvery = durVar("SWEEP_EVERY", 5*time.Second)

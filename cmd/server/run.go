@@ -27,6 +27,7 @@ import (
 	"seckill/internal/admission"
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
+	"seckill/internal/autopipe"
 	"seckill/internal/idworker"
 	"seckill/internal/live"
 	"seckill/internal/lock"
@@ -248,6 +249,13 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		st.db = db
 	}
 	st.closers = append(st.closers, func() { st.rdb.Close() })
+	// Concurrent requests' commands share round trips (package autopipe);
+	// added after the tracing hooks, which then still see each command.
+	// Not on a Cluster, whose pipelines may send a command twice.
+	if c, ok := st.rdb.(*redis.Client); ok && cfg.RedisPipelines > 0 {
+		p := autopipe.Attach(c, cfg.RedisPipelines, autopipeBatch)
+		st.closers = append(st.closers, p.Close) // before the client's Close
+	}
 	sqlDB, err := st.db.DB()
 	if err != nil {
 		return nil, err
@@ -308,6 +316,11 @@ func newRedis(cfg config) redis.UniversalClient {
 	}
 	return redis.NewClient(opt.Simple())
 }
+
+// autopipeBatch is the most commands a sender of package autopipe sends
+// in one round trip: about what a full pool of requests has waiting at
+// once.
+const autopipeBatch = 128
 
 // blockingReaders is the connections async mode's consumers hold besides
 // REDIS_POOL_SIZE: each shard's consumer waits in XREADGROUP ... BLOCK on a

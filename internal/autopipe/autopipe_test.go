@@ -1,0 +1,174 @@
+package autopipe_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/autopipe"
+	"seckill/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// attach puts a Pipeliner on a client of srv, closed when the test ends.
+func attach(t *testing.T, srv *testenv.RedisServer, senders int) (*redis.Client, *autopipe.Pipeliner) {
+	t.Helper()
+	rdb := srv.Client(t)
+	p := autopipe.Attach(rdb, senders, 128)
+	t.Cleanup(p.Close) // runs before the client's Close, registered earlier
+	return rdb, p
+}
+
+// incr is a script, so that the test covers EVALSHA's first run on a
+// server that does not know it yet (NOSCRIPT, then EVAL) inside batches.
+var incr = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+
+// 300 goroutines released at once each run a script, a SET and a GET on
+// keys of their own: every one gets its own replies, and the commands
+// shared round trips.
+func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, p := attach(t, srv, 2)
+	ctx := context.Background()
+	const n = 300
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			key := "k" + strconv.Itoa(i)
+			if v, err := incr.Run(ctx, rdb, []string{key}, i).Int(); err != nil || v != i {
+				t.Errorf("script on %s: %d %v, want %d", key, v, err, i)
+			}
+			if err := rdb.Set(ctx, key+":s", i, 0).Err(); err != nil {
+				t.Error(err)
+			}
+			if v, err := rdb.Get(ctx, key+":s").Int(); err != nil || v != i {
+				t.Errorf("get %s: %d %v, want %d", key, v, err, i)
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	batches, commands := p.Stats()
+	t.Logf("%d commands in %d round trips", commands, batches)
+	if commands < 3*n {
+		t.Fatalf("%d commands passed the senders, want at least %d", commands, 3*n)
+	}
+	if batches >= commands {
+		t.Errorf("%d commands in %d round trips: none shared one", commands, batches)
+	}
+}
+
+// A blocking read goes alone: while it waits on the server, the other
+// commands of the client go on being answered.
+func TestBlockingCommandsGoAlone(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, _ := attach(t, srv, 1)
+	ctx := context.Background()
+	read := make(chan error, 1)
+	go func() {
+		_, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"s", "$"}, Block: 3 * time.Second}).Result()
+		read <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it block
+	start := time.Now()
+	for range 20 {
+		if err := rdb.Incr(ctx, "n").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("20 INCRs took %v beside a blocked XREAD", d)
+	}
+	select {
+	case err := <-read:
+		t.Fatalf("the XREAD ended before its block did: %v", err)
+	default:
+	}
+	if err := <-read; !errors.Is(err, redis.Nil) {
+		t.Fatalf("XREAD: %v, want redis.Nil after its block", err)
+	}
+}
+
+// A caller whose context ends while every sender is busy leaves without
+// its command ever being sent.
+func TestContextEndsBeforeSending(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, _ := attach(t, srv, 1)
+	ctx := context.Background()
+	// The one sender is busy for 500 ms with a script that spins.
+	slow := redis.NewScript(`local t = redis.call('TIME'); local s = tonumber(t[1]) * 1e6 + tonumber(t[2])
+while true do t = redis.call('TIME'); if tonumber(t[1]) * 1e6 + tonumber(t[2]) - s > 500000 then return 1 end end`)
+	busy := make(chan error, 1)
+	go func() { busy <- slow.Eval(ctx, rdb, []string{"x"}).Err() }()
+	time.Sleep(100 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := rdb.Incr(short, "never").Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("INCR with the sender busy: %v, want the deadline", err)
+	}
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rdb.Get(ctx, "never").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("the abandoned INCR ran: %q %v", v, err)
+	}
+}
+
+// When the server dies under load, every caller gets an error and none
+// waits forever; after Close, commands go alone.
+func TestServerDiesUnderLoad(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, p := attach(t, srv, 2)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed := 0
+	for i := range 50 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := rdb.Incr(ctx, "k"+strconv.Itoa(i)).Err(); err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	srv.Kill()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(stop)
+		t.Fatal("callers still waiting 10 s after the server died")
+	}
+	if failed != 50 {
+		t.Errorf("%d of 50 callers saw an error", failed)
+	}
+
+	srv.Restart(t)
+	p.Close()
+	if err := rdb.Set(ctx, "after", 1, 0).Err(); err != nil {
+		t.Fatalf("a command after Close: %v", err)
+	}
+	if b, c := p.Stats(); b == 0 || c == 0 {
+		t.Errorf("stats %d/%d", b, c)
+	}
+}
