@@ -81,6 +81,10 @@ var (
 	//go:embed claim.lua
 	claimSrc    string
 	claimScript = redis.NewScript(claimSrc)
+
+	//go:embed confirm.lua
+	closeSrc    string
+	closeScript = redis.NewScript(closeSrc)
 )
 
 // Keys names one voucher's keys (or one bucket's: see buckets.go).
@@ -256,21 +260,29 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 // still open.
 func (s *Store) Confirm(ctx context.Context, h Hold) (bool, error) {
 	home, from := s.keys(h)
-	// One MULTI when all keys share a slot; a plain pipeline when the unit
-	// came from another bucket's.
-	pipe := s.rdb.Pipeline()
 	if h.From == h.Home {
-		pipe = s.rdb.TxPipeline()
+		removed, err := s.close(ctx, home.Holds, home.Buyers, h.User, true)
+		if err != nil {
+			return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
+		}
+		return removed, nil
 	}
-	removed := pipe.ZRem(ctx, from.Holds, h.User)
-	if h.From != h.Home {
-		pipe.ZRem(ctx, home.Claims, h.User)
-	}
-	pipe.SAdd(ctx, home.Buyers, h.User)
+	// The unit came from another bucket: its hold there, and the claim at
+	// home, in two slots, so two scripts in one pipeline.
+	pipe := s.rdb.Pipeline()
+	removed := closeScript.Run(ctx, pipe, []string{from.Holds, from.Buyers}, h.User, "0")
+	closeScript.Run(ctx, pipe, []string{home.Claims, home.Buyers}, h.User, "1")
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
 	}
-	return removed.Val() == 1, nil
+	return removed.Val() == int64(1), nil
+}
+
+// close runs confirm.lua: it closes user's entry in entries (holds or
+// claims) and, if remember, adds the user to buyers.
+func (s *Store) close(ctx context.Context, entries, buyers string, userID int64, remember bool) (bool, error) {
+	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, flag(remember)).Int()
+	return n == 1, err
 }
 
 func (s *Store) keys(h Hold) (home, from Keys) {
@@ -360,24 +372,15 @@ func (s *Store) Expired(ctx context.Context, voucherID int64, n, limit int) ([]L
 func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, ordered bool) (bool, error) {
 	k := BucketKeys(voucherID, n, l.Bucket)
 	home := l.Bucket == Home(l.User, n)
+	entries := k.Holds
+	if l.Claim {
+		entries = k.Claims
+	}
 	if !ordered {
-		entries := k.Holds
-		if l.Claim {
-			entries = k.Claims
-		}
 		back, err := s.giveBack(ctx, k, entries, l.User, home, true, !l.Claim)
 		return back && !l.Claim, err
 	}
-	pipe := s.rdb.TxPipeline()
-	if l.Claim {
-		pipe.ZRem(ctx, k.Claims, l.User)
-	} else {
-		pipe.ZRem(ctx, k.Holds, l.User)
-	}
-	if home {
-		pipe.SAdd(ctx, k.Buyers, l.User)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.close(ctx, entries, k.Buyers, l.User, home); err != nil {
 		return false, fmt.Errorf("close hold of user %d on voucher %d: %w", l.User, voucherID, err)
 	}
 	return false, nil
