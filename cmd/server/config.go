@@ -25,6 +25,7 @@ import (
 type config struct {
 	HTTPAddr      string
 	MetricsAddr   string         // GET /metrics alone, unauthenticated; "": on HTTPAddr, for admins
+	Pprof         bool           // PPROF: Go's profiles at /debug/pprof/ on MetricsAddr
 	Tracing       tracing.Config // OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
 	MySQLDSN      string         // normalised: parseTime=true, loc=UTC
 	RedisDB       int
@@ -180,6 +181,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		} else if c.MetricsAddr == c.HTTPAddr {
 			errs = append(errs, fmt.Errorf("METRICS_ADDR must differ from HTTP_ADDR (both are %q): unset it to serve /metrics on HTTP_ADDR, for admins", c.MetricsAddr))
 		}
+	}
+	c.Pprof = boolVar(env("PPROF", "false"))
+	if c.Pprof && c.MetricsAddr == "" {
+		errs = append(errs, errors.New("PPROF serves the profiles on METRICS_ADDR's private port: set METRICS_ADDR too"))
 	}
 	c.TrustedProxies = splitList(env("TRUSTED_PROXIES", ""))
 	for _, p := range c.TrustedProxies {

@@ -89,6 +89,9 @@ func TestLoadConfig(t *testing.T) {
 		{"metrics address without a port", with(real, "METRICS_ADDR", "9090"), `METRICS_ADDR "9090" is not host:port`},
 		{"metrics address with an empty port", with(real, "METRICS_ADDR", "10.0.0.5:"), `METRICS_ADDR "10.0.0.5:" is not host:port`},
 		{"metrics on the main address", with(real, "HTTP_ADDR", ":8080", "METRICS_ADDR", ":8080"), "METRICS_ADDR must differ from HTTP_ADDR"},
+		{"profiles on the metrics port", with(real, "METRICS_ADDR", ":9090", "PPROF", "true"), ""},
+		{"profiles without a private port", with(real, "PPROF", "true"), "PPROF serves the profiles on METRICS_ADDR's private port"},
+		{"a pipeline sender count out of range", with(real, "REDIS_PIPELINES", "65"), "REDIS_PIPELINES"},
 
 		// TRUSTED_PROXIES: IPs and CIDRs, as gin takes them, but never
 		// one that trusts every peer.

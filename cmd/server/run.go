@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
@@ -106,6 +107,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", app.metrics.Handler())
+		if cfg.Pprof {
+			// The profiles a performance investigation starts from
+			// (BENCHMARKS.md), on the private port only: a CPU profile
+			// costs the server while it runs.
+			mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+			mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		}
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
 		go func() { serveErr <- fmt.Errorf("metrics: %w", metricsSrv.Serve(mln)) }()
 		log.Info("serving /metrics", "addr", mln.Addr().String())
