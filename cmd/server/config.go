@@ -17,6 +17,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"seckill/internal/auth"
+	"seckill/internal/order"
 	"seckill/internal/tracing"
 )
 
@@ -42,16 +43,18 @@ type config struct {
 	// RedisPipelines is how many senders share concurrent requests'
 	// commands out in pipelines (package autopipe); 0: each command alone.
 	RedisPipelines int
-	TokenTTL       time.Duration
-	StockHold      time.Duration
-	SweepEvery     time.Duration
-	ShutdownGrace  time.Duration
-	StartupWait    time.Duration
-	Consumer       string        // async mode: this instance's consumer name
-	ClaimIdle      time.Duration // async mode: idle time before another consumer's entries are claimed
-	Batch          int           // async mode: entries written per transaction
-	MaxDeliveries  int64         // async mode: deliveries after which an entry MySQL keeps refusing is dead-lettered
-	AuthLimits     auth.Limits   // login codes: how often sent, how often guessed
+	// Writers is how many group-commit loops write sync mode's orders.
+	Writers       int
+	TokenTTL      time.Duration
+	StockHold     time.Duration
+	SweepEvery    time.Duration
+	ShutdownGrace time.Duration
+	StartupWait   time.Duration
+	Consumer      string        // async mode: this instance's consumer name
+	ClaimIdle     time.Duration // async mode: idle time before another consumer's entries are claimed
+	Batch         int           // async mode: entries written per transaction
+	MaxDeliveries int64         // async mode: deliveries after which an entry MySQL keeps refusing is dead-lettered
+	AuthLimits    auth.Limits   // login codes: how often sent, how often guessed
 	// TrustedProxies are the IPs and CIDRs whose X-Forwarded-For names
 	// the client's address; empty: none, the address is the peer's.
 	TrustedProxies []string
@@ -127,6 +130,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.StartupWait = durVar("STARTUP_WAIT", 30*time.Second)
 	c.ClaimIdle = durVar("CLAIM_IDLE", 5*time.Second)
 	c.Batch = intVar("ASYNC_BATCH", 500, 1, 10000)
+	c.Writers = intVar("GROUP_COMMIT_WRITERS", order.DefaultWriters, 1, 64)
 	c.MaxDeliveries = int64(intVar("ASYNC_MAX_DELIVERIES", 5, 1, 1000))
 	c.Consumer = env("CONSUMER_NAME", defaultConsumer(c.HTTPAddr))
 

@@ -142,7 +142,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if app.consumers != nil {
 		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })
 	} else {
-		for range order.Writers {
+		for range cfg.Writers {
 			bg.Go(func() { app.orders.RunWriter(bgCtx) })
 		}
 	}

@@ -42,9 +42,16 @@ type writer struct {
 	max int
 }
 
-// Writers is how many batches may be in flight at once: while one batch
-// commits, the next is gathered and sent.
-const Writers = 4
+// DefaultWriters is how many batches may be in flight at once by default
+// (GROUP_COMMIT_WRITERS). One: a hot voucher's row lets one batch at a
+// time take its units anyway, and while that batch commits the next
+// gathers in the channel. More writers split the orders waiting into
+// smaller batches, each a transaction and an fsync for MySQL: on one
+// 2-core machine with MySQL beside the server, 1 writer sold about 6% more
+// than 2 and 20% more than 4 (BENCHMARKS.md). With MySQL across a network,
+// a second writer can send its batch while the first waits for its
+// COMMIT: worth measuring there.
+const DefaultWriters = 1
 
 // commit writes o through the writer and returns when it is committed or
 // has failed, or when its COMMIT's answer was lost (Unknown). It waits for
@@ -61,8 +68,8 @@ func (s *Service) commit(ctx context.Context, o *Order) (Outcome, error) {
 	return r.outcome, r.err
 }
 
-// RunWriter runs one group-commit loop until ctx is done; start Writers of
-// them in sync mode, and stop them only after the last request finished.
+// RunWriter runs one group-commit loop until ctx is done; start
+// GROUP_COMMIT_WRITERS of them in sync mode, and stop them only after the last request finished.
 func (s *Service) RunWriter(ctx context.Context) {
 	for {
 		var first *write
