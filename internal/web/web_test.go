@@ -73,3 +73,42 @@ func TestErrorRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// envelope is the contract's error envelope, as a client decodes it.
+type envelope struct {
+	Error struct {
+		Code    apperr.Code `json:"code"`
+		Message string      `json:"message"`
+	} `json:"error"`
+}
+
+// The hand-written envelope decodes to what encoding/json would have
+// written, whatever the message holds: quotes, backslashes, control
+// characters, HTML, any UTF-8 and invalid UTF-8.
+func FuzzErrorEnvelope(f *testing.F) {
+	for _, s := range []string{"sold out", `say "hi"\`, "line\nbreak\x00\x1f", "<b>&</b>", "秒杀 ✓", "bad \xff\xfe utf-8", "\u2028"} {
+		f.Add(s)
+	}
+	gin.SetMode(gin.TestMode)
+	f.Fuzz(func(t *testing.T, msg string) {
+		rec := httptest.NewRecorder()
+		c, _ := gin.CreateTestContext(rec)
+		abort(c, http.StatusConflict, apperr.SoldOut, msg)
+		var got envelope
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("answer %q is not JSON: %v", rec.Body, err)
+		}
+		want, _ := json.Marshal(msg)
+		var wantMsg string
+		json.Unmarshal(want, &wantMsg)
+		if got.Error.Code != apperr.SoldOut || got.Error.Message != wantMsg {
+			t.Fatalf("answer %q decodes to %+v, want code %s message %q", rec.Body, got.Error, apperr.SoldOut, wantMsg)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json; charset=utf-8" {
+			t.Fatalf("content type %q", ct)
+		}
+		if !c.IsAborted() || rec.Code != http.StatusConflict {
+			t.Fatalf("aborted %v, status %d", c.IsAborted(), rec.Code)
+		}
+	})
+}
