@@ -18,6 +18,8 @@
 #   loadtest/reject.sh                      # 7 pairs of 5s runs per path
 #   PAIRS=5 DURATION=5s CONNS=64 loadtest/reject.sh
 #   PROFILE=1 loadtest/reject.sh            # also perf-profile both programs
+#   YARD=constant PATHS=sold_out loadtest/reject.sh  # against gin answering
+#                                           # a constant 409, no Redis
 #   SERVER_REV=HEAD loadtest/reject.sh      # the server as committed
 #   K6=k6 loadtest/reject.sh                # then the k6 scenarios too
 #                                           # (go install go.k6.io/k6@latest)
@@ -38,6 +40,10 @@ CONNS=${CONNS:-64}
 USERS=${USERS:-40000} # distinct users: more than the per-user token bucket lets through at this rate
 PROFILE=${PROFILE:-0}
 PATHS=${PATHS:-sold_out already_ordered} # which reject paths to measure
+# YARD=constant: the yardstick answers a constant 409 without Redis (gin
+# alone), the measure of the sold-out path with its admission checks
+# (issue 13's target: >= 0.9); default: one EVALSHA per request.
+YARD=${YARD:-evalsha}
 K6=${K6:-} # a k6 binary to also run loadtest/seckill.js with; empty: skip
 WORK=${WORK:-/tmp/seckill-reject}
 SERVER_ADDR=127.0.0.1:18080
@@ -75,7 +81,9 @@ HTTP_ADDR=$SERVER_ADDR MYSQL_DSN=$MYSQL_DSN REDIS_ADDR=$REDIS_ADDR REDIS_DB=$RED
 	"$WORK/server" >"$WORK/server.log" 2>&1 &
 server_pid=$!
 pids+=("$server_pid")
-"$WORK/yardstick" -addr "$YARD_ADDR" -redis "$REDIS_ADDR" -db "$REDIS_DB" >"$WORK/yardstick.log" 2>&1 &
+yard_flags=()
+[[ $YARD == constant ]] && yard_flags=(-constant)
+"$WORK/yardstick" -addr "$YARD_ADDR" -redis "$REDIS_ADDR" -db "$REDIS_DB" "${yard_flags[@]}" >"$WORK/yardstick.log" 2>&1 &
 yard_pid=$!
 pids+=("$yard_pid")
 

@@ -12,6 +12,11 @@
 //
 // Its stock key is yardstick:{v<ID>}:stock, apart from the server's keys;
 // loadtest/reject.sh sets it to 0 so that every request is a reject.
+//
+// With -constant it does not even ask Redis: every request is answered
+// 409 sold_out from a constant, the least gin itself costs. That is the
+// yardstick of the sold-out path once the server answers it from memory
+// (YARD=constant loadtest/reject.sh).
 package main
 
 import (
@@ -67,6 +72,7 @@ func run() error {
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis host:port")
 	db := flag.Int("db", 5, "Redis logical database")
 	pool := flag.Int("pool", 64, "Redis pool size (the server's REDIS_POOL_SIZE default)")
+	constant := flag.Bool("constant", false, "answer every request 409 sold_out without Redis")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,6 +86,12 @@ func run() error {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	if *constant {
+		r.POST("/seckill/:voucherId", func(c *gin.Context) {
+			c.JSON(http.StatusConflict, gin.H{"error": gin.H{"code": "sold_out", "message": "sold out"}})
+		})
+		return serve(ctx, r, *addr, "constant 409, no redis")
+	}
 	r.POST("/seckill/:voucherId", func(c *gin.Context) {
 		id, err := strconv.ParseInt(c.Param("voucherId"), 10, 64)
 		if err != nil || id <= 0 {
@@ -103,14 +115,19 @@ func run() error {
 		}
 	})
 
-	ln, err := net.Listen("tcp", *addr)
+	return serve(ctx, r, *addr, fmt.Sprintf("redis %s db %d", *redisAddr, *db))
+}
+
+// serve runs h on addr until ctx ends.
+func serve(ctx context.Context, h http.Handler, addr, what string) error {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Printf("yardstick listening on %s (redis %s db %d)", ln.Addr(), *redisAddr, *db)
+	log.Printf("yardstick listening on %s (%s)", ln.Addr(), what)
 	select {
 	case err := <-errc:
 		return err
