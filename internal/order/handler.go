@@ -113,7 +113,13 @@ func (h *Handler) seckill(c *gin.Context) {
 		web.Error(c, h.log, err)
 		return
 	}
-	web.JSON(c, http.StatusOK, gin.H{"order_id": strconv.FormatInt(id, 10)})
+	// {"order_id": "<id>"}, written directly: the answer of every sale,
+	// and encoding/json over a map costs more than the rest of it.
+	b := make([]byte, 0, 40)
+	b = append(b, `{"order_id":"`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `"}`...)
+	c.Data(http.StatusOK, "application/json; charset=utf-8", b)
 }
 
 func (h *Handler) get(c *gin.Context) {
