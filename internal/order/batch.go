@@ -77,6 +77,30 @@ func WriteBatch(tx *gorm.DB, orders []Order) error {
 		}
 		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
 	}
+	return take(tx, units)
+}
+
+// WriteNew writes orders that no writer has written before, in one
+// transaction: sync mode's group commit, where each request hands over its
+// own new order once. It skips WriteBatch's look for orders already
+// written (a redelivery happens only in async mode), a statement less per
+// batch. An order whose ID is already used, or whose user already has an
+// order, fails the INSERT and with it the batch; the caller then writes
+// each order alone, and learns which key each one hit.
+func WriteNew(tx *gorm.DB, orders []Order) error {
+	units := map[int64]int64{}
+	for _, o := range orders {
+		units[o.VoucherID]++
+	}
+	if err := tx.Create(&orders).Error; err != nil {
+		return fmt.Errorf("insert %d orders: %w", len(orders), err)
+	}
+	return take(tx, units)
+}
+
+// take takes units[v] units of each voucher v, with one guarded UPDATE
+// each.
+func take(tx *gorm.DB, units map[int64]int64) error {
 	// Voucher rows are locked in ID order, so that two batches touching the
 	// same vouchers cannot each hold one the other waits for (a deadlock).
 	for _, voucherID := range slices.Sorted(maps.Keys(units)) {

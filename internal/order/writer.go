@@ -13,8 +13,9 @@ import (
 // takes the row lock, and the next waits for the COMMIT (an fsync) of the
 // one before. Requests that arrive together are therefore written together:
 // each hands its order to the writer and waits; the writer takes whatever
-// orders are waiting and commits them in one transaction (WriteBatch, the
-// same as async mode's). The row is locked once per batch instead of once
+// orders are waiting and commits them in one transaction (WriteNew: one
+// multi-row INSERT and one guarded UPDATE per voucher, as async mode's
+// WriteBatch, without its look for orders written before). The row is locked once per batch instead of once
 // per order. Each request still answers only after its own row is
 // committed, so a sync 200 keeps its promise. Under light load a batch is
 // one order, and nothing waits for company: there is no timer.
@@ -122,7 +123,7 @@ func (s *Service) writeGroup(batch []*write) {
 		for i, w := range live {
 			watches[i] = context.AfterFunc(w.ctx, cancel) // cancel the batch when w's context ends
 		}
-		outcome, err := Transact(ctx, s.db, func(tx *gorm.DB) error { return WriteBatch(tx, orders) })
+		outcome, err := Transact(ctx, s.db, func(tx *gorm.DB) error { return WriteNew(tx, orders) })
 		cancel()
 		for _, stop := range watches {
 			stop()
