@@ -216,7 +216,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		st.closers = append(st.closers, mr.Close)
-		st.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		st.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1}) // as the real one's: see newRedis
 		// A name of its own: two demos in one process must not share it.
 		name := fmt.Sprintf("seckill-demo-%d-%d", os.Getpid(), time.Now().UnixNano())
 		db, err := gorm.Open(sqlite.Open("file:"+name+"?mode=memory&cache=shared&_pragma=busy_timeout(5000)"), gcfg)
@@ -263,7 +263,10 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 	// added after the tracing hooks, which then still see each command.
 	// Not on a Cluster, whose pipelines may send a command twice.
 	if c, ok := st.rdb.(*redis.Client); ok && cfg.RedisPipelines > 0 {
-		p := autopipe.Attach(c, cfg.RedisPipelines, autopipeBatch)
+		p, err := autopipe.Attach(c, cfg.RedisPipelines, autopipeBatch)
+		if err != nil {
+			return nil, err
+		}
 		st.closers = append(st.closers, p.Close) // before the client's Close
 	}
 	sqlDB, err := st.db.DB()

@@ -40,9 +40,11 @@ package autopipe
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -62,24 +64,32 @@ type Pipeliner struct {
 
 // A call is one command waiting for a sender.
 type call struct {
-	ctx  context.Context
-	cmd  redis.Cmder
-	next redis.ProcessHook // to send it alone
-	err  error             // what sending it alone returned
-	done chan struct{}     // one value when the reply is in
+	ctx   context.Context
+	cmd   redis.Cmder
+	next  redis.ProcessHook // to send it alone
+	err   error             // what sending it alone returned
+	panic any               // what panicked in the sender while sending it
+	done  chan struct{}     // one value when the reply is in
 }
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // Attach adds the hook to rdb and starts senders senders, each of which
 // sends up to max commands per round trip. Close stops them.
-func Attach(rdb *redis.Client, senders, max int) *Pipeliner {
+//
+// rdb must not retry (Options.MaxRetries -1): go-redis retries a pipeline
+// whole, and a batch retried because of one command's error would run the
+// others' commands, scripts that take stock among them, a second time.
+func Attach(rdb *redis.Client, senders, max int) (*Pipeliner, error) {
+	if rdb.Options().MaxRetries > 0 {
+		return nil, errors.New("autopipe: the client retries failed commands (set MaxRetries to -1): a retried batch would run other callers' commands twice")
+	}
 	p := &Pipeliner{rdb: rdb, calls: make(chan *call), max: max, stop: make(chan struct{})}
 	rdb.AddHook(p)
 	for range senders {
 		p.senders.Go(p.send)
 	}
-	return p
+	return p, nil
 }
 
 // Close stops the senders; commands sent after it go alone. Call it
@@ -107,7 +117,7 @@ func (p *Pipeliner) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // ProcessHook hands each command to a sender and waits for its reply.
 func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if alone(cmd.Name()) {
+		if alone(cmd.Name()) || !plain(cmd.Args()) {
 			return next(ctx, cmd)
 		}
 		c := calls.Get().(*call)
@@ -127,14 +137,19 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// (its read is bounded by ReadTimeout), so that the caller never
 		// takes "gave up waiting" for "was not sent".
 		<-c.done
-		err := c.err
+		err, p := c.err, c.panic
 		c.release()
+		if p != nil {
+			// On the caller's goroutine, where its recovery (web.Recover)
+			// can answer 500, as it would without the hook.
+			panic(p)
+		}
 		return err
 	}
 }
 
 func (c *call) release() {
-	c.ctx, c.cmd, c.next, c.err = nil, nil, nil, nil
+	c.ctx, c.cmd, c.next, c.err, c.panic = nil, nil, nil, nil, nil
 	calls.Put(c)
 }
 
@@ -154,6 +169,22 @@ func alone(name string) bool {
 		return true
 	}
 	return false
+}
+
+// plain reports whether every argument is of a kind go-redis writes
+// without calling the caller's code. Any other (a struct with its own
+// MarshalBinary, say) goes alone: if it failed to encode inside a batch,
+// go-redis would fail every command of the batch, unsent, with its error.
+func plain(args []any) bool {
+	for _, a := range args {
+		switch a.(type) {
+		case string, []byte, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64,
+			float32, float64, bool, nil, time.Time, time.Duration:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // send is one sender: it takes a command, whatever others are waiting
@@ -178,25 +209,39 @@ func (p *Pipeliner) send() {
 		}
 		p.batches.Add(1)
 		p.commands.Add(int64(len(batch)))
-		if len(batch) == 1 {
-			// Alone, as without the hook. go-redis sets the command's
-			// error from what the hooks return, so that is passed on.
-			c := batch[0]
-			c.err = c.next(c.ctx, c.cmd)
-			c.done <- struct{}{}
-			continue
-		}
-		pipe := p.rdb.Pipeline()
+		p.sendBatch(batch)
 		for _, c := range batch {
-			pipe.Process(c.ctx, c.cmd)
-		}
-		// The batch's context: the first command's, without its end, so
-		// that a trace follows the first request and one request leaving
-		// does not fail the others' commands.
-		pipe.Exec(context.WithoutCancel(batch[0].ctx))
-		for _, c := range batch {
-			c.err = c.cmd.Err() // a pipeline sets each command's own
 			c.done <- struct{}{}
 		}
+	}
+}
+
+// sendBatch sends batch, alone if it is one command, else as one pipeline,
+// and leaves each command's error (or a panic of go-redis) in its call.
+func (p *Pipeliner) sendBatch(batch []*call) {
+	defer func() {
+		if r := recover(); r != nil {
+			for _, c := range batch {
+				c.panic = r
+			}
+		}
+	}()
+	if len(batch) == 1 {
+		// Alone, as without the hook. go-redis sets the command's error
+		// from what the hooks return, so that is passed on.
+		c := batch[0]
+		c.err = c.next(c.ctx, c.cmd)
+		return
+	}
+	pipe := p.rdb.Pipeline()
+	for _, c := range batch {
+		pipe.Process(c.ctx, c.cmd)
+	}
+	// The batch's context: the first command's, without its end, so that
+	// a trace follows the first request and one request leaving does not
+	// fail the others' commands.
+	pipe.Exec(context.WithoutCancel(batch[0].ctx))
+	for _, c := range batch {
+		c.err = c.cmd.Err() // a pipeline sets each command's own
 	}
 }

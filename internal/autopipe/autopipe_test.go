@@ -20,9 +20,42 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func attach(t *testing.T, srv *testenv.RedisServer, senders int) (*redis.Client, *autopipe.Pipeliner) {
 	t.Helper()
 	rdb := srv.Client(t)
-	p := autopipe.Attach(rdb, senders, 128)
+	p, err := autopipe.Attach(rdb, senders, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(p.Close) // runs before the client's Close, registered earlier
 	return rdb, p
+}
+
+// sent is a hook added after the Pipeliner's: it sees a command when it
+// leaves alone (from a sender, or straight from its caller), and tells
+// on the channel of its name.
+type sent map[string]chan struct{}
+
+func (s sent) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (s sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ch, ok := s[cmd.Name()]; ok {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func watch(rdb *redis.Client, names ...string) sent {
+	s := sent{}
+	for _, n := range names {
+		s[n] = make(chan struct{}, 1)
+	}
+	rdb.AddHook(s)
+	return s
 }
 
 // incr is a script, so that the test covers EVALSHA's first run on a
@@ -30,8 +63,9 @@ func attach(t *testing.T, srv *testenv.RedisServer, senders int) (*redis.Client,
 var incr = redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
 
 // 300 goroutines released at once each run a script, a SET and a GET on
-// keys of their own: every one gets its own replies, and the commands
-// shared round trips.
+// keys of their own, on a server that does not know the script yet: every
+// one gets its own replies (the script's EVALSHA fails NOSCRIPT in a batch
+// and Script.Run falls back on EVAL), and the commands shared round trips.
 func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb, p := attach(t, srv, 2)
@@ -58,8 +92,8 @@ func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
 	wg.Wait()
 	batches, commands := p.Stats()
 	t.Logf("%d commands in %d round trips", commands, batches)
-	if commands < 3*n {
-		t.Fatalf("%d commands passed the senders, want at least %d", commands, 3*n)
+	if commands <= 3*n {
+		t.Fatalf("%d commands passed the senders, want more than %d: some EVALSHA must have met NOSCRIPT and been sent again as EVAL", commands, 3*n)
 	}
 	if batches >= commands {
 		t.Errorf("%d commands in %d round trips: none shared one", commands, batches)
@@ -71,13 +105,15 @@ func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
 func TestBlockingCommandsGoAlone(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb, _ := attach(t, srv, 1)
+	out := watch(rdb, "xread")
 	ctx := context.Background()
 	read := make(chan error, 1)
 	go func() {
 		_, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"s", "$"}, Block: 3 * time.Second}).Result()
 		read <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // let it block
+	<-out["xread"]
+	time.Sleep(50 * time.Millisecond) // on the wire: it blocks on the server now
 	start := time.Now()
 	for range 20 {
 		if err := rdb.Incr(ctx, "n").Err(); err != nil {
@@ -102,13 +138,14 @@ func TestBlockingCommandsGoAlone(t *testing.T) {
 func TestContextEndsBeforeSending(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb, _ := attach(t, srv, 1)
+	out := watch(rdb, "eval")
 	ctx := context.Background()
 	// The one sender is busy for 500 ms with a script that spins.
 	slow := redis.NewScript(`local t = redis.call('TIME'); local s = tonumber(t[1]) * 1e6 + tonumber(t[2])
 while true do t = redis.call('TIME'); if tonumber(t[1]) * 1e6 + tonumber(t[2]) - s > 500000 then return 1 end end`)
 	busy := make(chan error, 1)
 	go func() { busy <- slow.Eval(ctx, rdb, []string{"x"}).Err() }()
-	time.Sleep(100 * time.Millisecond)
+	<-out["eval"] // the sender is sending it
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if err := rdb.Incr(short, "never").Err(); !errors.Is(err, context.DeadlineExceeded) {
@@ -171,4 +208,58 @@ func TestServerDiesUnderLoad(t *testing.T) {
 	if b, c := p.Stats(); b == 0 || c == 0 {
 		t.Errorf("stats %d/%d", b, c)
 	}
+}
+
+// A client that retries is refused: go-redis retries a pipeline whole.
+func TestRetryingClientRefused(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.StartRedis(t).Addr()}) // MaxRetries: go-redis' default 3
+	t.Cleanup(func() { rdb.Close() })
+	if _, err := autopipe.Attach(rdb, 1, 8); err == nil {
+		t.Fatal("attached to a client that retries")
+	}
+}
+
+// panicky panics when go-redis writes it.
+type panicky struct{}
+
+func (panicky) MarshalBinary() ([]byte, error) { panic("marshal") }
+
+// bad fails when go-redis writes it.
+type bad struct{}
+
+func (bad) MarshalBinary() ([]byte, error) { return nil, errors.New("cannot marshal") }
+
+// An argument that is not a plain value goes alone: its failure to encode
+// fails its own command, not the others of a batch; and a panic while it
+// is written reaches its caller's goroutine, not a sender's (where nothing
+// would recover it and the process would die).
+func TestOddArgumentsGoAlone(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, _ := attach(t, srv, 1)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			<-gate
+			if i%10 == 0 {
+				if err := rdb.Set(ctx, "bad", bad{}, 0).Err(); err == nil {
+					t.Error("SET of a value that cannot be written succeeded")
+				}
+				return
+			}
+			if err := rdb.Incr(ctx, "n"+strconv.Itoa(i)).Err(); err != nil {
+				t.Errorf("INCR beside a bad SET: %v", err)
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+
+	defer func() {
+		if r := recover(); r != "marshal" {
+			t.Fatalf("recovered %v, want the panic of MarshalBinary on the caller's goroutine", r)
+		}
+	}()
+	rdb.Set(ctx, "p", panicky{}, 0)
 }
