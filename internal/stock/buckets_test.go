@@ -262,6 +262,30 @@ func TestBucketsAskOnlyWhereStockIs(t *testing.T) {
 	}
 }
 
+// A unit taken from another bucket is confirmed on a Redis that has never
+// run the confirm script (a fresh server, a restart, a failed-over
+// replica): its hold and the claim at home are both closed.
+func TestBucketsConfirmOnAFreshServer(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	s := stock.NewStore(rdb, time.Minute)
+	ctx := context.Background()
+	const n = 2
+	id := newBucketed(t, rdb, s, 1, n) // the unit is in bucket 0
+	h, res, err := s.Take(ctx, id, n, usersAt(1, n, 1)[0])
+	if err != nil || res != stock.Taken || h.From == h.Home {
+		t.Fatalf("take from the other bucket: %+v %v %v", h, res, err)
+	}
+	if open, err := s.Confirm(ctx, h); err != nil || !open {
+		t.Fatalf("confirm: %v %v", open, err)
+	}
+	for b := range n {
+		k := stock.BucketKeys(id, n, b)
+		if c := rdb.ZCard(ctx, k.Holds).Val() + rdb.ZCard(ctx, k.Claims).Val(); c != 0 {
+			t.Errorf("bucket %d: %d holds or claims left open", b, c)
+		}
+	}
+}
+
 // The last units sell wherever they lie: users whose home bucket is empty
 // take the units of the others, and only then is the voucher sold out.
 func TestBucketsStrandNothing(t *testing.T) {

@@ -268,14 +268,17 @@ func (s *Store) Confirm(ctx context.Context, h Hold) (bool, error) {
 		return removed, nil
 	}
 	// The unit came from another bucket: its hold there, and the claim at
-	// home, in two slots, so two scripts in one pipeline.
-	pipe := s.rdb.Pipeline()
-	removed := closeScript.Run(ctx, pipe, []string{from.Holds, from.Buyers}, h.User, "0")
-	closeScript.Run(ctx, pipe, []string{home.Claims, home.Buyers}, h.User, "1")
-	if _, err := pipe.Exec(ctx); err != nil {
+	// home, in two slots, so two scripts. Each on its own (package
+	// autopipe may still send them together): in a pipeline, a script the
+	// server does not know yet fails NOSCRIPT with no EVAL to fall back on.
+	removed, err := s.close(ctx, from.Holds, from.Buyers, h.User, false)
+	if err == nil {
+		_, err = s.close(ctx, home.Claims, home.Buyers, h.User, true)
+	}
+	if err != nil {
 		return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
 	}
-	return removed.Val() == int64(1), nil
+	return removed, nil
 }
 
 // close runs confirm.lua: it closes user's entry in entries (holds or
