@@ -21,7 +21,8 @@ import (
 // one order, and nothing waits for company: there is no timer.
 //
 // If a batch fails as a whole (one order's user already has one, say), its
-// orders are written again one by one, so each request gets its own answer.
+// orders are written again one by one, each by its own request, so that
+// each gets its own answer and the writer goes on meanwhile.
 
 // write is one request's order, waiting for the writer.
 type write struct {
@@ -35,6 +36,7 @@ type write struct {
 type written struct {
 	outcome Outcome
 	err     error
+	alone   bool // not written: the batch failed, write it alone
 }
 
 // writer is the group-commit loop's input.
@@ -66,6 +68,9 @@ func (s *Service) commit(ctx context.Context, o *Order) (Outcome, error) {
 		return NotWritten, ctx.Err()
 	}
 	r := <-w.done
+	if r.alone {
+		r = s.writeAlone(w)
+	}
 	return r.outcome, r.err
 }
 
@@ -99,7 +104,7 @@ func (s *Service) writeGroup(batch []*write) {
 	live := batch[:0]
 	for _, w := range batch {
 		if err := w.ctx.Err(); err != nil {
-			w.done <- written{NotWritten, err}
+			w.done <- written{outcome: NotWritten, err: err}
 			continue
 		}
 		live = append(live, w)
@@ -132,23 +137,37 @@ func (s *Service) writeGroup(batch []*write) {
 		case Written:
 			s.obs.Committed(len(live))
 			for _, w := range live {
-				w.done <- written{Written, nil}
+				w.done <- written{outcome: Written}
 			}
 			return
 		case Unknown:
 			// The batch's COMMIT went unanswered: every member looks its
 			// own order up (resolve), in its own request.
 			for _, w := range live {
-				w.done <- written{Unknown, err}
+				w.done <- written{outcome: Unknown, err: err}
 			}
 			return
 		}
 	}
-	for _, w := range live {
-		outcome, err := Transact(w.ctx, s.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
-		if outcome == Written {
-			s.obs.Committed(1)
-		}
-		w.done <- written{outcome, err}
+	if len(live) == 1 {
+		w := live[0]
+		w.done <- s.writeAlone(w)
+		return
 	}
+	// The batch failed as a whole: each member writes its order alone, in
+	// its own request, while the writer goes on with the next batch. Done
+	// here, a bad order would hold every other order of the instance, of
+	// every voucher, behind up to a batch's worth of transactions.
+	for _, w := range live {
+		w.done <- written{alone: true}
+	}
+}
+
+// writeAlone writes w's order in a transaction of its own.
+func (s *Service) writeAlone(w *write) written {
+	outcome, err := Transact(w.ctx, s.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
+	if outcome == Written {
+		s.obs.Committed(1)
+	}
+	return written{outcome: outcome, err: err}
 }
