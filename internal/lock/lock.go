@@ -60,7 +60,9 @@ type Lock interface {
 	Context() context.Context
 
 	// Extend makes the lock live at least ttl more, if it is still held,
-	// and moves this handle's deadline to ttl from now. A lock without an
+	// and moves this handle's deadline to ttl from now (on etcd and
+	// ZooKeeper, no further than the lease or session the server
+	// promises: see clientttl.go). A lock without an
 	// owner gets exactly ttl, shorter or longer than before: it has one
 	// holder. A reentrant lock (WithOwner) is only ever lengthened, since
 	// the owner's other handles count on the ttl they were given.
