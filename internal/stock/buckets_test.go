@@ -247,17 +247,7 @@ func TestBucketsAskOnlyWhereStockIs(t *testing.T) {
 	if _, res, err := s.Take(ctx, id, n, user); err != nil || res != stock.Taken {
 		t.Fatalf("take: %v %v", res, err)
 	}
-	scripts := 0
-	for _, line := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-				var v int
-				fmt.Sscanf(rest, "%d", &v)
-				scripts += v
-			}
-		}
-	}
-	if scripts != 3 {
+	if scripts := scriptsIn(rdb.Info(ctx, "commandstats").Val()); scripts != 3 {
 		t.Errorf("a take from the last bucket ran %d scripts, want 3", scripts)
 	}
 }
@@ -557,18 +547,25 @@ func scriptCalls(t testing.TB, c *testenv.Cluster) map[string]int64 {
 	t.Helper()
 	calls := map[string]int64{}
 	for _, m := range c.Masters(t) {
-		info := m.Client(t).Info(context.Background(), "commandstats").Val()
-		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-					var v int64
-					fmt.Sscanf(rest, "%d", &v)
-					calls[m.Addr()] += v
-				}
+		calls[m.Addr()] = scriptsIn(m.Client(t).Info(context.Background(), "commandstats").Val())
+	}
+	return calls
+}
+
+// scriptsIn counts the scripts run (EVALSHA and EVAL calls) in the output
+// of INFO commandstats.
+func scriptsIn(info string) int64 {
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				var v int64
+				fmt.Sscanf(rest, "%d", &v)
+				n += v
 			}
 		}
 	}
-	return calls
+	return n
 }
 
 // BenchmarkBucketedTake takes units of a hot voucher of three buckets on a
