@@ -284,7 +284,11 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	}
 	for _, addr := range cfg.RedLockAddrs {
-		c := redis.NewClient(&redis.Options{Addr: addr})
+		// As NewRedLock asks: ctx deadlines honoured, so a stalled
+		// node costs an attempt its share of the ttl, not ReadTimeout.
+		c := redis.NewClient(&redis.Options{
+			Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+		})
 		st.redlock = append(st.redlock, c)
 		st.closers = append(st.closers, func() { c.Close() })
 	}

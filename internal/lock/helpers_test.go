@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,6 +114,18 @@ func (s *redisServer) kill() {
 	_ = s.cmd.Wait()
 }
 
+// pause freezes the server (SIGSTOP) until resume: it keeps its
+// connections but answers nothing, as a server stalled by swapping or a
+// busy host would. kill still works on a paused server.
+func (s *redisServer) pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *redisServer) resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
 func (s *redisServer) client(t testing.TB) *redis.Client {
 	// No retries: a killed server should cost a RedLock attempt
 	// milliseconds, as a crashed one would in production. A killed server
@@ -121,6 +134,7 @@ func (s *redisServer) client(t testing.TB) *redis.Client {
 	// every package's tests at once, with -race).
 	rdb := redis.NewClient(&redis.Options{
 		Addr: s.addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 2 * time.Second,
+		ContextTimeoutEnabled: true, // as NewRedLock asks
 	})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb

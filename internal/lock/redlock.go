@@ -21,7 +21,8 @@ import (
 //
 // It does not support WithOwner (a reentrant count cannot be kept
 // consistently on independent servers) nor WithFencing (neither can a
-// counter). Waiting polls, since a release is not announced.
+// counter). Waiting polls, since a release is not announced, and rides out
+// a short spell when no majority answers (see Obtain).
 type RedLock struct {
 	rs      *redsync.Redsync
 	n       int // servers
@@ -31,6 +32,12 @@ type RedLock struct {
 var _ Locker = (*RedLock)(nil)
 
 // NewRedLock returns a backend using one independent server per client.
+//
+// Give the clients ContextTimeoutEnabled: redsync gives each server 5% of
+// the ttl to answer an attempt, through the context, and a go-redis client
+// ignores context deadlines without it: a stalled server would then hold
+// every attempt for the client's ReadTimeout (3 s by default). MaxRetries
+// -1 is right too: a server that did not answer in time counts as a no.
 func NewRedLock(clients []redis.UniversalClient) *RedLock {
 	pools := make([]redsyncredis.Pool, len(clients))
 	for i, c := range clients {
@@ -39,7 +46,11 @@ func NewRedLock(clients []redis.UniversalClient) *RedLock {
 	return &RedLock{rs: redsync.New(pools...), n: len(pools), maxPoll: 100 * time.Millisecond}
 }
 
-// Obtain acquires the lock named key for ttl. See Locker.
+// Obtain acquires the lock named key for ttl. See Locker. When so many
+// servers fail to answer that no majority is possible, Obtain returns
+// their errors (not ErrNotAcquired). With Wait it first keeps trying for as
+// long as the ttl and at least redlockOutageTries attempts: a server that
+// answered late once is usually back by the next poll.
 func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (Lock, error) {
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
@@ -52,6 +63,8 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 		return nil, fmt.Errorf("lock: obtain %q: fencing on RedLock: %w", key, ErrUnsupported)
 	}
 	h := &redlockHolder{rs: rl.rs, n: rl.n, name: keysFor(key).lock, token: newToken()}
+	// Attempts in a row that could not reach a majority, since when.
+	outages, outageSince := 0, time.Time{}
 	for {
 		m := rl.rs.NewMutex(h.name,
 			redsync.WithExpiry(ttl),
@@ -67,7 +80,19 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 			return nil, ctx.Err()
 		}
 		if err = sortRedsyncErr(err, rl.n, ErrNotAcquired); err != ErrNotAcquired {
-			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
+			// Too many servers failed to answer. A waiter rides out a
+			// blip (a server that answered later than its share of the
+			// ttl, a connection being redialled), as redsync's own
+			// retries would; an outage that lasts is reported.
+			if outages == 0 {
+				outageSince = start
+			}
+			outages++
+			if !o.wait || outages >= redlockOutageTries && time.Since(outageSince) >= ttl {
+				return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
+			}
+		} else {
+			outages = 0
 		}
 		if !o.wait {
 			return nil, ErrNotAcquired
@@ -82,6 +107,11 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 		}
 	}
 }
+
+// redlockOutageTries is the fewest attempts in a row a waiter makes while
+// a majority of the servers cannot be reached before it gives up with the
+// Redis error.
+const redlockOutageTries = 3
 
 // sortRedsyncErr turns redsync's joined per-server errors into one of our
 // outcomes. If so many of the n servers could not be asked that the rest

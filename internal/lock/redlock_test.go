@@ -104,3 +104,46 @@ func TestRedLockQuorum(t *testing.T) {
 		t.Error("Wait obtained a lock with 2 of 5 servers up")
 	}
 }
+
+// TestRedLockWaitRidesOutABlip: with 2 of 5 servers dead, a third that
+// stalls for a moment leaves no majority. A waiter keeps trying through
+// that (a CI run on a loaded machine failed 9 of 40 waiters at once); an
+// outage that outlasts the ttl is still reported as one.
+func TestRedLockWaitRidesOutABlip(t *testing.T) {
+	ctx := context.Background()
+	servers := startRedisServers(t, 5)
+	rl := redlockBackend(t, servers).locker
+	key := testKey(t)
+	servers[0].kill()
+	servers[1].kill()
+	mustRelease(t, mustObtain(t, rl, key, 2*time.Second)) // connections made
+
+	// The per-server timeout is 5% of the ttl: 100 ms. The first attempt
+	// fails when it passes; the next starts at least 50 ms later, after
+	// the resume.
+	servers[2].pause(t)
+	time.AfterFunc(120*time.Millisecond, servers[2].resume)
+	if _, err := rl.Obtain(ctx, key, 2*time.Second); err == nil || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("without Wait, 3 of 5 servers silent: got %v, want the Redis error at once", err)
+	}
+	servers[2].pause(t)
+	time.AfterFunc(120*time.Millisecond, servers[2].resume)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lk, err := rl.Obtain(wctx, key, 2*time.Second, Wait())
+	if err != nil {
+		t.Fatalf("Wait through a 120 ms stall of the third server: %v", err)
+	}
+	mustRelease(t, lk)
+
+	// Stalled for good: the waiter gives up with the Redis error once the
+	// outage has lasted a ttl (2 s), long before its own deadline.
+	servers[2].pause(t)
+	defer servers[2].resume()
+	start := time.Now()
+	_, err = rl.Obtain(wctx, key, 2*time.Second, Wait())
+	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
+		t.Fatalf("Wait with 3 of 5 servers silent for good: got %v, want the Redis error", err)
+	}
+	t.Logf("gave up after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
