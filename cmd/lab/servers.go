@@ -61,7 +61,8 @@ func startRedis(ctx context.Context, args ...string) (*redisProc, error) {
 	p := &redisProc{bin: bin, args: args, port: port, dir: dir}
 	// One dial attempt: a dead server must fail fast, and the experiments
 	// kill servers on purpose.
-	p.rdb = redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: 500 * time.Millisecond})
+	p.rdb = redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: 500 * time.Millisecond,
+		ContextTimeoutEnabled: true}) // as lock.NewRedLock asks
 	if err := p.start(ctx); err != nil {
 		p.close()
 		return nil, err

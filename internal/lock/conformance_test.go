@@ -226,10 +226,13 @@ func testConformance(t *testing.T, b backend) {
 			t.Fatal(r.err)
 		}
 		defer mustRelease(t, r.lk)
-		// The backend's fallback poll is far longer (the holder's ttl is
-		// 30s): only a wake-up by the release is this quick.
-		if lag := r.at.Sub(released); lag < 0 || lag > 100*time.Millisecond {
-			t.Errorf("waiter obtained the lock %v after its release, want < 100ms", lag)
+		// The backend's fallback poll is far longer (15 s or more: the
+		// holder's ttl is 30 s): only a wake-up by the release is this
+		// quick. The bound tells the two apart and no more; how fast a
+		// wake-up is lives in the benchmarks (a CI run under load once
+		// took ZooKeeper 182 ms, when this bound was 100 ms).
+		if lag := r.at.Sub(released); lag < 0 || lag > 5*time.Second {
+			t.Errorf("waiter obtained the lock %v after its release, want < 5s", lag)
 		}
 	})
 

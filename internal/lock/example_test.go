@@ -195,8 +195,17 @@ func ExampleDo() {
 func ExampleNewRedLock() {
 	var clients []redis.UniversalClient
 	for range 3 {
-		rdb, stop := exampleRedis()
-		defer stop()
+		srv, err := miniredis.Run()
+		if err != nil {
+			panic(err)
+		}
+		defer srv.Close()
+		// A server gets a share of the ttl to answer, as a context
+		// deadline: let the client honour it while reading too.
+		rdb := redis.NewClient(&redis.Options{
+			Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		})
+		defer rdb.Close()
 		clients = append(clients, rdb)
 	}
 	ctx := context.Background()

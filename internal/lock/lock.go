@@ -33,7 +33,9 @@ var (
 type Locker interface {
 	// Obtain acquires the lock named key for ttl. By default it tries once
 	// and returns ErrNotAcquired if the lock is taken; with Wait it waits
-	// until ctx is done and then returns ctx.Err() itself.
+	// until ctx is done and then returns ctx.Err() itself. An error of the
+	// lock service ends a wait early (RedLock first rides out an outage
+	// of up to a ttl).
 	Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (Lock, error)
 }
 

@@ -33,11 +33,13 @@ var _ Locker = (*RedLock)(nil)
 
 // NewRedLock returns a backend using one independent server per client.
 //
-// Give the clients ContextTimeoutEnabled: redsync gives each server 5% of
-// the ttl to answer an attempt, through the context, and a go-redis client
-// ignores context deadlines without it: a stalled server would then hold
-// every attempt for the client's ReadTimeout (3 s by default). MaxRetries
-// -1 is right too: a server that did not answer in time counts as a no.
+// Give the clients ContextTimeoutEnabled: each server has a share of the
+// ttl to answer an attempt (see serverTimeout), passed as a context
+// deadline, and without that option a go-redis client honours the deadline
+// while dialling and waiting for a pooled connection but not while it
+// reads: a stalled server would hold every attempt for the client's
+// ReadTimeout (3 s by default). MaxRetries -1 is right too: a server that
+// did not answer in time counts as a no.
 func NewRedLock(clients []redis.UniversalClient) *RedLock {
 	pools := make([]redsyncredis.Pool, len(clients))
 	for i, c := range clients {
@@ -69,6 +71,7 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 		m := rl.rs.NewMutex(h.name,
 			redsync.WithExpiry(ttl),
 			redsync.WithTries(1),
+			redsync.WithTimeoutFactor(serverTimeout(ttl)),
 			redsync.WithGenValueFunc(func() (string, error) { return h.token, nil }),
 		)
 		start := time.Now()
@@ -106,6 +109,15 @@ func (rl *RedLock) Obtain(ctx context.Context, key string, ttl time.Duration, op
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// serverTimeout is the share of the ttl each server has to answer an
+// attempt: redsync's 5%, but at least 100 ms (a 500 ms lock would give a
+// server 25 ms, which a loaded machine misses without anything being
+// wrong) and at most half the ttl. A slow answer cannot make a lock unsafe:
+// the lock's validity is counted from the start of the attempt.
+func serverTimeout(ttl time.Duration) float64 {
+	return min(max(0.05, float64(100*time.Millisecond)/float64(ttl)), 0.5)
 }
 
 // redlockOutageTries is the fewest attempts in a row a waiter makes while

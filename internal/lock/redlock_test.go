@@ -98,6 +98,8 @@ func TestRedLockQuorum(t *testing.T) {
 	if errors.Is(err, ErrNotAcquired) {
 		t.Errorf("with 3 of 5 servers down: got ErrNotAcquired, want a Redis error: %v", err)
 	}
+	// A waiter ends at its deadline here, before the outage has lasted the
+	// ttl (TestRedLockWaitRidesOutABlip sees it give up on an outage).
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if _, err := instance1.locker.Obtain(wctx, key, 2*time.Second, Wait()); err == nil {
@@ -118,29 +120,36 @@ func TestRedLockWaitRidesOutABlip(t *testing.T) {
 	servers[1].kill()
 	mustRelease(t, mustObtain(t, rl, key, 2*time.Second)) // connections made
 
-	// The per-server timeout is 5% of the ttl: 100 ms. The first attempt
-	// fails when it passes; the next starts at least 50 ms later, after
-	// the resume.
+	// A server has 100 ms (5% of the ttl) to answer.
 	servers[2].pause(t)
-	time.AfterFunc(120*time.Millisecond, servers[2].resume)
-	if _, err := rl.Obtain(ctx, key, 2*time.Second); err == nil || errors.Is(err, ErrNotAcquired) {
+	_, err := rl.Obtain(ctx, key, 2*time.Second)
+	servers[2].resume()
+	if err == nil || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("without Wait, 3 of 5 servers silent: got %v, want the Redis error at once", err)
 	}
+
+	// Stalled for 300 ms: the first attempts fail, a later one succeeds.
 	servers[2].pause(t)
-	time.AfterFunc(120*time.Millisecond, servers[2].resume)
+	resumed := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { servers[2].resume(); close(resumed) })
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	start := time.Now()
 	lk, err := rl.Obtain(wctx, key, 2*time.Second, Wait())
 	if err != nil {
-		t.Fatalf("Wait through a 120 ms stall of the third server: %v", err)
+		t.Fatalf("Wait through a 300 ms stall of the third server: %v", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("obtained after %v, while a majority could not answer", waited)
 	}
 	mustRelease(t, lk)
+	<-resumed
 
 	// Stalled for good: the waiter gives up with the Redis error once the
 	// outage has lasted a ttl (2 s), long before its own deadline.
 	servers[2].pause(t)
 	defer servers[2].resume()
-	start := time.Now()
+	start = time.Now()
 	_, err = rl.Obtain(wctx, key, 2*time.Second, Wait())
 	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
 		t.Fatalf("Wait with 3 of 5 servers silent for good: got %v, want the Redis error", err)

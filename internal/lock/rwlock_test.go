@@ -210,8 +210,9 @@ func TestRWLock(t *testing.T) {
 		mustRelease(t, w)
 		for range n {
 			// The writer's ttl is 30s and so is the poll: only the
-			// release wakes them, all of them.
-			if lag := (<-got).Sub(released); lag < 0 || lag > 100*time.Millisecond {
+			// release wakes them, all of them (within 5s on a loaded
+			// machine, far under the poll).
+			if lag := (<-got).Sub(released); lag < 0 || lag > 5*time.Second {
 				t.Errorf("reader got the lock %v after the writer left", lag)
 			}
 		}

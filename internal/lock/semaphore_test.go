@@ -163,8 +163,9 @@ func TestSemaphore(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		released := time.Now()
 		mustRelease(t, a)
-		// The lease is 30s and so is the poll: only the release wakes it.
-		if lag := (<-got).Sub(released); lag < 0 || lag > 100*time.Millisecond {
+		// The lease is 30s and so is the poll: only the release wakes it
+		// (within 5s on a loaded machine, far under the poll).
+		if lag := (<-got).Sub(released); lag < 0 || lag > 5*time.Second {
 			t.Errorf("waiter got the permit %v after its release", lag)
 		}
 	})
