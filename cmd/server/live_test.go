@@ -173,18 +173,27 @@ func TestLivePage(t *testing.T) {
 // holdSlot sends a request that stays in flight, holding one of the
 // instance's MAX_IN_FLIGHT slots and keeping a shutdown waiting: its
 // headers whole, its body not (the handler waits for the rest, up to the
-// server's 10s ReadTimeout). release ends it.
+// server's 10s ReadTimeout). It returns once the handler reads the body:
+// the server's 100 Continue says so. release ends it.
 func holdSlot(t *testing.T, base string) (release func()) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := "POST /auth/login HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+	t.Cleanup(func() { conn.Close() })
+	req := "POST /auth/login HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n"
 	if _, err := conn.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("the held request: %q (%v), want 100 Continue from its handler", line, err)
+	}
+	if _, err := conn.Write([]byte("{")); err != nil {
+		t.Fatal(err)
+	}
 	return func() { conn.Close() }
 }
 
@@ -268,7 +277,6 @@ func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
 	}
 
 	release := holdSlot(t, in.Base)
-	time.Sleep(200 * time.Millisecond) // the held request reaches its handler
 	in.stop()
 	deadline = time.Now().Add(5 * time.Second)
 	for !strings.Contains(in.log.String(), "shutting down") {
@@ -277,8 +285,21 @@ func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // the crowd's last presses answered
-	before := orders()
+	// The crowd's last presses answered and their writes landed (a write
+	// may take up to its deadline, STOCK_HOLD/3 = 5s): the count holds
+	// still for 1s. A crowd still buying (20 a second) never lets it; the
+	// bound leaves the check below inside the held request's 10s.
+	before, still := orders(), time.Now()
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Since(still) < time.Second {
+		if time.Now().After(deadline) {
+			t.Fatalf("the crowd bought on during the drain: orders still counting up (%d) after 5s", before)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if n := orders(); n != before {
+			before, still = n, time.Now()
+		}
+	}
 	time.Sleep(2 * time.Second) // 40 presses, were the crowd still on
 	if after := orders(); after != before {
 		t.Errorf("the crowd bought %d more during the drain", after-before)

@@ -213,9 +213,25 @@ func TestSIGTERMMidSale(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the server is draining now
-	if _, err := call("GET", p.Base+"/healthz", "", nil); err == nil {
-		t.Errorf("the server still accepts new connections after SIGTERM")
+	// The locked table keeps the requests in flight, and the drain open,
+	// for as long as this takes: a server that goes on accepting answers
+	// /healthz throughout.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := call("GET", p.Base+"/healthz", "", nil); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the server still accepts new connections 5s after SIGTERM")
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.mu.Lock()
+	answered := len(l.all)
+	l.mu.Unlock()
+	if answered != 0 {
+		t.Errorf("%d in-flight requests answered before the unlock: the drain was over, the refusal proves nothing", answered)
 	}
 	unlock()
 	inflight.Wait()

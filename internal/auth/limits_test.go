@@ -164,13 +164,14 @@ func TestCodeInterval(t *testing.T) {
 
 	t.Run("after the interval, another code", func(t *testing.T) {
 		l := DefaultLimits
-		l.CodeInterval = time.Second
+		// Long enough that the refusal comes within it on a loaded machine.
+		l.CodeInterval = 2 * time.Second
 		s, _ := newLimited(t, l)
 		phone, addr := testPhone(t, s), testAddr(t, s)
 		mustSend(t, s, phone, addr)
 		_, err := s.SendCode(ctx, phone, addr)
-		expectRefused(t, err, ErrCodeTooSoon, 0, time.Second)
-		time.Sleep(1100 * time.Millisecond)
+		expectRefused(t, err, ErrCodeTooSoon, 0, l.CodeInterval)
+		time.Sleep(l.CodeInterval + 100*time.Millisecond)
 		mustSend(t, s, phone, addr)
 	})
 
@@ -360,7 +361,8 @@ func TestWrongGuesses(t *testing.T) {
 	// that day locks the phone again, and the right code still logs in.
 	t.Run("after the lock", func(t *testing.T) {
 		l := l
-		l.LockFor = time.Second
+		// Long enough that the refusals come within it on a loaded machine.
+		l.LockFor = 2 * time.Second
 		s, _ := newLimited(t, l)
 		phone, addr := testPhone(t, s), testAddr(t, s)
 		for range l.GuessesPerDay / l.GuessesPerCode { // two codes, five wrong each
@@ -370,13 +372,13 @@ func TestWrongGuesses(t *testing.T) {
 			}
 		}
 		_, err := s.SendCode(ctx, phone, addr)
-		expectRefused(t, err, ErrPhoneLocked, 0, time.Second)
-		time.Sleep(1100 * time.Millisecond)
+		expectRefused(t, err, ErrPhoneLocked, 0, l.LockFor)
+		time.Sleep(l.LockFor + 100*time.Millisecond)
 		code := mustSend(t, s, phone, addr)
 		expectWrong(t, s, phone, wrongCode(code))
 		_, _, err = s.Login(ctx, phone, code)
-		expectRefused(t, err, ErrPhoneLocked, 0, time.Second)
-		time.Sleep(1100 * time.Millisecond)
+		expectRefused(t, err, ErrPhoneLocked, 0, l.LockFor)
+		time.Sleep(l.LockFor + 100*time.Millisecond)
 		if _, _, err := s.Login(ctx, phone, mustSend(t, s, phone, addr)); err != nil {
 			t.Errorf("right code once the lock ended: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,22 +106,31 @@ func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
 func TestBlockingCommandsGoAlone(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb, _ := attach(t, srv, 1)
+	direct := srv.Client(t)
 	out := watch(rdb, "xread")
 	ctx := context.Background()
+	// The block is far longer than the bound on the INCRs: behind it, they
+	// would take 10s. An XADD ends it once they are done.
 	read := make(chan error, 1)
 	go func() {
-		_, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"s", "$"}, Block: 3 * time.Second}).Result()
+		_, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"s", "$"}, Block: 10 * time.Second}).Result()
 		read <- err
 	}()
 	<-out["xread"]
-	time.Sleep(50 * time.Millisecond) // on the wire: it blocks on the server now
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(direct.Info(ctx, "clients").Val(), "blocked_clients:1") {
+		if time.Now().After(deadline) {
+			t.Fatal("the XREAD is not blocked on the server 5s after it left")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	start := time.Now()
 	for range 20 {
 		if err := rdb.Incr(ctx, "n").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("20 INCRs took %v beside a blocked XREAD", d)
 	}
 	select {
@@ -128,8 +138,16 @@ func TestBlockingCommandsGoAlone(t *testing.T) {
 		t.Fatalf("the XREAD ended before its block did: %v", err)
 	default:
 	}
-	if err := <-read; !errors.Is(err, redis.Nil) {
-		t.Fatalf("XREAD: %v, want redis.Nil after its block", err)
+	if err := direct.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []string{"k", "v"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("XREAD: %v, want the entry added", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the XREAD did not end 5s after an entry was added")
 	}
 }
 

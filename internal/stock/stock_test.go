@@ -117,18 +117,21 @@ func TestGiveBackExactlyOnce(t *testing.T) {
 // server's clock, and only once.
 func TestSettleOnlyExpired(t *testing.T) {
 	ctx := context.Background()
-	s := stock.NewStore(testenv.Redis(t, 0), 300*time.Millisecond)
+	// Long enough for the checks before the deadline on a loaded machine.
+	const hold = time.Second
+	s := stock.NewStore(testenv.Redis(t, 0), hold)
 	id := newVoucher(t, s, 1)
 	if _, res, _ := s.Take(ctx, id, 1, 7); res != stock.Taken {
 		t.Fatalf("take: %v", res)
 	}
+	taken := time.Now()
 	if got, _ := s.Expired(ctx, id, 1, 10); len(got) != 0 {
 		t.Fatalf("expired at once: %v", got)
 	}
 	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); back {
 		t.Fatal("reclaimed a hold before its deadline")
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Until(taken.Add(hold + 100*time.Millisecond)))
 	if got, _ := s.Expired(ctx, id, 1, 10); len(got) != 1 || got[0] != (stock.Lapse{User: 7}) {
 		t.Fatalf("expired: %v, want [7]", got)
 	}
