@@ -21,7 +21,9 @@ func TestEtcd(t *testing.T) {
 	testConformance(t, backend{
 		locker: e,
 		ttl:    300 * time.Millisecond,
-		newKey: func(t *testing.T) string { return testKey(t) },
+		// A renewal is two requests (KeepAliveOnce, then a Get).
+		watchTTL: time.Second,
+		newKey:   func(t *testing.T) string { return testKey(t) },
 		steal: func(t *testing.T, key string) {
 			// As an operator would: delete the holder's key.
 			resp, err := admin.Delete(context.Background(), e.prefix+key+"/", clientv3.WithPrefix())

@@ -14,8 +14,9 @@ import (
 // clients) with 4 goroutines each. Every goroutine takes 10 times a random
 // set of 2 to 4 of 4 keys, listed in a random order, so crossed requests
 // ("a then b" against "b then a") are common. Had they deadlocked, a
-// waiter would hit its 5s deadline; the whole run must also stay short.
-// No key may ever have two holders.
+// waiter would hit its deadline; so would one whose wake-up was lost, as
+// the holders' ttl and the poll are 30 s. The whole run must also stay
+// well under that. No key may ever have two holders.
 func TestObtainAllCrossed(t *testing.T) {
 	const procs, workers, rounds = 2, 4, 10
 	_, rdb := syncRedis(t)
@@ -37,7 +38,7 @@ func TestObtainAllCrossed(t *testing.T) {
 					for i, k := range idx {
 						set[i] = keys[k]
 					}
-					lk, err := ObtainAll(waitCtx(t, 5*time.Second), r, set, 10*time.Second, Wait())
+					lk, err := ObtainAll(waitCtx(t, 12*time.Second), r, set, 30*time.Second, Wait())
 					if err != nil {
 						errs <- err
 						return
@@ -68,7 +69,7 @@ func TestObtainAllCrossed(t *testing.T) {
 	if overlap.Load() {
 		t.Error("a key had two holders")
 	}
-	if d := time.Since(began); d > 4*time.Second {
+	if d := time.Since(began); d > 12*time.Second {
 		t.Errorf("%d acquisitions took %v", procs*workers*rounds, d)
 	}
 }
@@ -127,13 +128,19 @@ func TestObtainAll(t *testing.T) {
 	})
 
 	t.Run("MemberLost", func(t *testing.T) {
+		// The watchdog renews every ttl/3, each renewal with ttl/3 to
+		// answer. Without its report, b's deadline would end the lock a
+		// ttl after it was obtained: the bound, counted from then too,
+		// leaves two renewals time to find b gone and comes well before.
+		const ttl = 3 * time.Second
 		a, b := testKey(t, rdb), testKey(t, rdb)
-		lk, err := ObtainAll(ctx, r, []string{a, b}, 900*time.Millisecond, WithWatchdog(0))
+		start := time.Now()
+		lk, err := ObtainAll(ctx, r, []string{a, b}, ttl, WithWatchdog(0))
 		if err != nil {
 			t.Fatal(err)
 		}
 		rdb.Del(ctx, keysFor(b).lock) // b is lost behind its holder's back
-		within(t, time.Second, lk.Done(), "Done after a member was lost")
+		within(t, time.Until(start.Add(ttl*5/6)), lk.Done(), "Done after a member was lost")
 		if !errors.Is(context.Cause(lk.Context()), ErrNotHeld) {
 			t.Errorf("cause = %v, want ErrNotHeld", context.Cause(lk.Context()))
 		}
@@ -146,15 +153,16 @@ func TestObtainAll(t *testing.T) {
 	t.Run("StartsOverIfAMemberExpires", func(t *testing.T) {
 		// a is taken, then b is waited for longer than a's ttl: a expires
 		// meanwhile, so ObtainAll starts over rather than hand out a Lock
-		// with a lost member.
+		// with a lost member. The ttl must outlive the checks below, three
+		// round trips, on a loaded machine too.
 		a, b := testKey(t, rdb), testKey(t, rdb)
 		if b < a {
 			a, b = b, a // a is taken first
 		}
-		if _, err := r.Obtain(ctx, b, 400*time.Millisecond); err != nil {
+		if _, err := r.Obtain(ctx, b, time.Second); err != nil {
 			t.Fatal(err)
 		}
-		lk, err := ObtainAll(waitCtx(t, 5*time.Second), r, []string{a, b}, 200*time.Millisecond, Wait())
+		lk, err := ObtainAll(waitCtx(t, 5*time.Second), r, []string{a, b}, 500*time.Millisecond, Wait())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,14 +176,15 @@ func TestObtainAll(t *testing.T) {
 
 	t.Run("Extend", func(t *testing.T) {
 		a, b := testKey(t, rdb), testKey(t, rdb)
-		lk, err := ObtainAll(ctx, r, []string{a, b}, 100*time.Millisecond)
+		// Extend must land within the ttl, on a loaded machine too.
+		lk, err := ObtainAll(ctx, r, []string{a, b}, 500*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := lk.Extend(ctx, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(600 * time.Millisecond) // past the first ttl
 		taken(t, a)
 		taken(t, b)
 		if !isOpen(lk.Done()) {

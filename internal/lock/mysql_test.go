@@ -51,7 +51,9 @@ func TestMySQL(t *testing.T) {
 	testConformance(t, backend{
 		locker: NewMySQL(db),
 		ttl:    300 * time.Millisecond,
-		newKey: func(t *testing.T) string { return testKey(t) },
+		// A server shared with other packages' tests, slow under load.
+		watchTTL: time.Second,
+		newKey:   func(t *testing.T) string { return testKey(t) },
 		steal: func(t *testing.T, key string) {
 			// As a failover or an operator would: end the holder's session.
 			ctx := context.Background()

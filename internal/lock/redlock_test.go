@@ -21,7 +21,9 @@ func redlockBackend(t *testing.T, servers []*redisServer) backend {
 	return backend{
 		locker: NewRedLock(clients),
 		ttl:    500 * time.Millisecond,
-		newKey: func(t *testing.T) string { return testKey(t) }, // servers are thrown away
+		// A renewal waits for all five servers to answer.
+		watchTTL: time.Second,
+		newKey:   func(t *testing.T) string { return testKey(t) }, // servers are thrown away
 		steal: func(t *testing.T, key string) {
 			for _, c := range clients {
 				c.Del(context.Background(), keysFor(key).lock) // dead servers fail; fine
