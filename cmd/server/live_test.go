@@ -276,9 +276,12 @@ func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// Every wait below counts from here: all of it must fit in the held
+	// request's 10s ReadTimeout, or the drain ends on its own.
 	release := holdSlot(t, in.Base)
+	held := time.Now()
 	in.stop()
-	deadline = time.Now().Add(5 * time.Second)
+	deadline = held.Add(2 * time.Second)
 	for !strings.Contains(in.log.String(), "shutting down") {
 		if time.Now().After(deadline) {
 			t.Fatal("the instance did not begin to shut down")
@@ -288,12 +291,12 @@ func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
 	// The crowd's last presses answered and their writes landed (a write
 	// may take up to its deadline, STOCK_HOLD/3 = 5s): the count holds
 	// still for 1s. A crowd still buying (20 a second) never lets it; the
-	// bound leaves the check below inside the held request's 10s.
+	// bound, 7s after the hold, leaves the 2s check below inside its 10s.
 	before, still := orders(), time.Now()
-	deadline = time.Now().Add(5 * time.Second)
+	deadline = held.Add(7 * time.Second)
 	for time.Since(still) < time.Second {
 		if time.Now().After(deadline) {
-			t.Fatalf("the crowd bought on during the drain: orders still counting up (%d) after 5s", before)
+			t.Fatalf("the crowd bought on during the drain: orders still counting up (%d) 7s after the hold", before)
 		}
 		time.Sleep(100 * time.Millisecond)
 		if n := orders(); n != before {

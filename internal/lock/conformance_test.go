@@ -24,6 +24,9 @@ type backend struct {
 	// backend that renews with several requests, or on a server slow
 	// under load, needs more than 100 ms for that.
 	watchTTL time.Duration
+	// waiting, if set, returns once n Obtain calls wait for a release:
+	// evidence where the suite would otherwise sleep and hope.
+	waiting func(t *testing.T, n int)
 	// newKey returns a lock name of this test's own.
 	newKey func(t *testing.T) string
 	// steal deletes a lock behind its holder's back, as a Redis failover
@@ -233,7 +236,11 @@ func testConformance(t *testing.T, b backend) {
 			lk, err := b.locker.Obtain(wctx, key, 10*time.Second, Wait())
 			got <- result{time.Now(), err, lk}
 		}()
-		time.Sleep(300 * time.Millisecond) // let the waiter settle
+		if b.waiting != nil {
+			b.waiting(t, 1)
+		} else {
+			time.Sleep(300 * time.Millisecond) // let the waiter settle
+		}
 		released := time.Now()
 		mustRelease(t, a)
 		r := <-got

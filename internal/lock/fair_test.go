@@ -33,6 +33,7 @@ func TestFair(t *testing.T) {
 		reentrant: true,
 		fencing:   true,
 		wakes:     true,
+		waiting:   func(t *testing.T, n int) { waitSubscribed(t, r, n) },
 	})
 }
 

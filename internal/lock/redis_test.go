@@ -28,6 +28,7 @@ func redisBackend(t *testing.T) (backend, *Redis, *redis.Client) {
 		reentrant: true,
 		fencing:   true,
 		wakes:     true,
+		waiting:   func(t *testing.T, n int) { waitSubscribed(t, r, n) },
 	}, r, rdb
 }
 

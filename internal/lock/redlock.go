@@ -33,9 +33,9 @@ var _ Locker = (*RedLock)(nil)
 
 // NewRedLock returns a backend using one independent server per client.
 //
-// Give the clients ContextTimeoutEnabled: each server has a share of the
-// ttl to answer an attempt (see serverTimeout), passed as a context
-// deadline, and without that option a go-redis client honours the deadline
+// Give the clients ContextTimeoutEnabled: in Obtain each server has a share
+// of the ttl to answer an attempt (see serverTimeout), passed as a context
+// deadline (Extend and Release wait for every server until their ctx ends), and without that option a go-redis client honours the deadline
 // while dialling and waiting for a pooled connection but not while it
 // reads: a stalled server would hold every attempt for the client's
 // ReadTimeout (3 s by default). MaxRetries -1 is right too: a server that

@@ -156,5 +156,8 @@ func TestRedLockWaitRidesOutABlip(t *testing.T) {
 	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
 		t.Fatalf("Wait with 3 of 5 servers silent for good: got %v, want the Redis error", err)
 	}
+	if d := time.Since(start); d < 2*time.Second {
+		t.Errorf("gave up after %v, before the outage had lasted the ttl (2s)", d)
+	}
 	t.Logf("gave up after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }

@@ -205,7 +205,7 @@ func TestRWLock(t *testing.T) {
 				_ = lk.Release(ctx)
 			}()
 		}
-		time.Sleep(200 * time.Millisecond)
+		waitSubscribed(t, r, n) // all asked, were turned away, and wait
 		released := time.Now()
 		mustRelease(t, w)
 		for range n {

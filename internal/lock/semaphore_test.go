@@ -161,7 +161,7 @@ func TestSemaphore(t *testing.T) {
 			got <- time.Now()
 			_ = lk.Release(ctx)
 		}()
-		time.Sleep(200 * time.Millisecond)
+		waitSubscribed(t, r, 1) // it asked, was turned away, and waits
 		released := time.Now()
 		mustRelease(t, a)
 		// The lease is 30s and so is the poll: only the release wakes it

@@ -90,6 +90,7 @@ func TestLockedLookupBlocksNoOtherBuyer(t *testing.T) {
 	ctx := context.Background()
 	vid := testenv.ID() % 1_000_000_000
 	tx := db.Begin()
+	t.Cleanup(func() { tx.Rollback() }) // a failed check must not leave the lookup waiting
 	if err := tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at) VALUES (1, 50, ?, 'created', NOW())", vid).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -100,19 +101,33 @@ func TestLockedLookupBlocksNoOtherBuyer(t *testing.T) {
 		_, err := lockedOrders(ctx, db, vid, []int64{40, 50})
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the lookup now waits on user 50's row
+	// Until the lookup waits on user 50's row, the INSERT below would pass
+	// for the wrong reason: wait until its statement is on the server.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var waiting int
+		if err := db.Raw(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = DATABASE() AND INFO LIKE '%LOCK IN SHARE MODE%' AND ID <> CONNECTION_ID()`).Scan(&waiting).Error; err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lookup never reached the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Blocked, the INSERT would wait for the lookup, which waits for tx:
+	// until innodb_lock_wait_timeout (50 s), cut here at 10 s. The bound
+	// tells the two apart on a loaded machine.
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	start := time.Now()
-	_, err := Transact(ctx, db, func(tx *gorm.DB) error {
+	_, err := Transact(ictx, db, func(tx *gorm.DB) error {
 		return tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at) VALUES (2, 45, ?, 'created', NOW())", vid).Error
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Blocked, it would wait for the lookup, which waits for tx: until
-	// innodb_lock_wait_timeout (50 s). The bound tells the two apart on a
-	// loaded machine.
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("another buyer's INSERT waited %s on the lookup's locks", d)
+	if d := time.Since(start); err != nil || d > 5*time.Second {
+		t.Fatalf("another buyer's INSERT waited %s on the lookup's locks (%v)", d, err)
 	}
 	tx.Rollback()
 	if err := <-done; err != nil {
