@@ -55,7 +55,7 @@ func overrun(ctx context.Context, newMutex func(*redis.Client) redisMutex) (outc
 	})
 	tl.mark("A's release")
 	if err := errors.Join(err, errB); err != nil {
-		return outcome{}, fmt.Errorf("A's release, or B taking the lock: %w", err)
+		return outcome{}, fmt.Errorf("release by A, or B taking the lock: %w", err)
 	}
 
 	// B holds the lock and works; its ttl is far from over.

@@ -69,7 +69,7 @@ func redlockAcrossCrash(ctx context.Context) (outcome, error) {
 	rl := newRedLock(nodes)
 	a, err := rl.Obtain(ctx, failoverKey, lockTTL)
 	if err != nil {
-		return outcome{}, fmt.Errorf("A: %w", err)
+		return outcome{}, fmt.Errorf("client A: %w", err)
 	}
 	defer a.Release(context.WithoutCancel(ctx))
 	if err := nodes[0].restart(ctx); err != nil { // the crash: node 1 loses A's lock
@@ -94,7 +94,7 @@ func tryB(ctx context.Context, rl *lock.RedLock) (bool, error) {
 	case errors.Is(err, lock.ErrNotAcquired):
 		return false, nil
 	}
-	return false, fmt.Errorf("B: %w", err)
+	return false, fmt.Errorf("client B: %w", err)
 }
 
 // newRedLock is package lock's RedLock over the lab's servers.

@@ -36,7 +36,7 @@ func lockAcrossFailover(ctx context.Context) (outcome, error) {
 	}
 	aGot, err := master.rdb.SetNX(ctx, failoverKey, "A", lockTTL).Result() // SET key A NX PX ttl
 	if err != nil || !aGot {
-		return outcome{}, fmt.Errorf("A: %v, %v", aGot, err)
+		return outcome{}, fmt.Errorf("client A: %v, %v", aGot, err)
 	}
 	master.kill()                                                               // dies before the write reached the replica
 	if err := replica.rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil { // promoted
@@ -44,7 +44,7 @@ func lockAcrossFailover(ctx context.Context) (outcome, error) {
 	}
 	bGot, err := replica.rdb.SetNX(ctx, failoverKey, "B", lockTTL).Result()
 	if err != nil {
-		return outcome{}, fmt.Errorf("B: %w", err)
+		return outcome{}, fmt.Errorf("client B: %w", err)
 	}
 	return overlapOutcome(bGot, "master killed, replica promoted",
 		"the promoted replica never had A's lock; B got it while A held it",

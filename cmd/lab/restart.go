@@ -41,7 +41,7 @@ func bareMajority(ctx context.Context, restartNow bool) (outcome, error) {
 	nodes[4].kill()
 	a, err := rl.Obtain(ctx, failoverKey, lockTTL)
 	if err != nil {
-		return outcome{}, fmt.Errorf("A, with 3 of 5 servers up: %w", err)
+		return outcome{}, fmt.Errorf("client A, with 3 of 5 servers up: %w", err)
 	}
 	defer a.Release(context.WithoutCancel(ctx))
 	for _, n := range nodes[3:] {

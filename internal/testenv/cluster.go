@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -96,13 +97,15 @@ func (c *Cluster) MasterOf(t testing.TB, key string) *RedisServer {
 	}
 	for _, n := range c.Masters(t) {
 		r := n.Client(t)
-		slots, err := r.ClusterSlots(context.Background()).Result()
+		shards, err := r.ClusterShards(context.Background()).Result()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 && s.Nodes[0].Addr == n.Addr() {
-				return n
+		for _, sh := range shards {
+			for _, s := range sh.Slots {
+				if int64(s.Start) <= slot && slot <= int64(s.End) && masterIs(sh.Nodes, n.Addr()) {
+					return n
+				}
 			}
 		}
 	}
@@ -220,4 +223,15 @@ func (c *Cluster) ReplicaOf(t testing.TB, master *RedisServer) *RedisServer {
 	}
 	t.Fatalf("no replica of %s", master.Addr())
 	return nil
+}
+
+// masterIs reports whether addr is the master among nodes, one shard's as
+// CLUSTER SHARDS lists them.
+func masterIs(nodes []redis.Node, addr string) bool {
+	for _, nd := range nodes {
+		if nd.Role == "master" && net.JoinHostPort(nd.IP, strconv.FormatInt(nd.Port, 10)) == addr {
+			return true
+		}
+	}
+	return false
 }
