@@ -4,9 +4,9 @@
 // rather than from a copy that may have drifted.
 //
 // docs/api.md tells the same contract in prose. The tests here check that
-// the document is valid OpenAPI 3.1 and that it names exactly the routes
-// the features register; cmd/server's tests check real answers against it.
-// A route added without a line here fails them.
+// the document is valid OpenAPI 3.1; cmd/server's tests check that it names
+// exactly the routes the server serves (cmd/server/routes.go), and real
+// answers against it. A route added without a line here fails them.
 package api
 
 import (
@@ -19,13 +19,8 @@ import (
 //go:embed openapi.yaml
 var document []byte
 
-// Register adds GET /openapi.yaml.
-func Register(r gin.IRoutes) {
-	r.GET("/openapi.yaml", serve)
-}
-
-// serve answers the document. application/yaml is its registered media
-// type (RFC 9512).
-func serve(c *gin.Context) {
+// Serve answers GET /openapi.yaml: the document. application/yaml is its
+// registered media type (RFC 9512).
+func Serve(c *gin.Context) {
 	c.Data(http.StatusOK, "application/yaml", document)
 }

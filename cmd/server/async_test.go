@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"seckill/internal/order"
+	"seckill/internal/order/queue"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
 	"seckill/internal/testenv/faultproxy"
@@ -38,7 +38,7 @@ func waitWritten(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid strin
 			}
 		}
 		lag := rdb.XLen(context.Background(), streamOf(vid)).Val()
-		pending, _ := rdb.XPending(context.Background(), streamOf(vid), order.GroupName).Result()
+		pending, _ := rdb.XPending(context.Background(), streamOf(vid), queue.GroupName).Result()
 		// The voucher's count of queued orders (what reconciliation
 		// waits on) must come back to zero with them.
 		queued, _ := rdb.Get(context.Background(), voucherKey(vid, "queued")).Int64()
@@ -147,7 +147,7 @@ func TestAsyncSIGKILLLosesNothing(t *testing.T) {
 		t.Fatalf("%d of %d accepted", len(won), len(users))
 	}
 	waitFor(t, 5*time.Second, "the victim's consumer to hold entries", func() bool {
-		p, err := rdb.XPending(context.Background(), streamOf(vid), order.GroupName).Result()
+		p, err := rdb.XPending(context.Background(), streamOf(vid), queue.GroupName).Result()
 		return err == nil && p.Count > 0
 	})
 	victim.cmd.Process.Signal(syscall.SIGKILL)
@@ -463,7 +463,7 @@ func TestAsyncDeadLetterSettledAndReplayed(t *testing.T) {
 // streamOf names the orders stream of voucher vid's shard.
 func streamOf(vid string) string {
 	id, _ := strconv.ParseInt(vid, 10, 64)
-	return order.StreamKey(stock.ShardOf(id))
+	return queue.StreamKey(stock.ShardOf(id))
 }
 
 // voucherKey names voucher vid's key name (stock.KeyOf).

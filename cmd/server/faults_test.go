@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"seckill/internal/order"
+	"seckill/internal/order/queue"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
 	"seckill/internal/testenv/faultproxy"
@@ -311,7 +311,7 @@ func waitSettled(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid, mode
 	if mode == "async" {
 		deadline := time.Now().Add(within)
 		for {
-			pending, err := rdb.XPending(context.Background(), streamOf(vid), order.GroupName).Result()
+			pending, err := rdb.XPending(context.Background(), streamOf(vid), queue.GroupName).Result()
 			info, _ := rdb.XInfoGroups(context.Background(), streamOf(vid)).Result()
 			lag := int64(0)
 			for _, g := range info {

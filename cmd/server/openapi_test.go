@@ -30,7 +30,7 @@ import (
 func openAPI(t *testing.T) *openapi3.T {
 	t.Helper()
 	r := gin.New()
-	api.Register(r)
+	r.GET("/openapi.yaml", api.Serve)
 	rec := httptest.NewRecorder()
 	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
 	doc, err := openapi3.NewLoader().LoadFromData(rec.Body.Bytes())
@@ -40,7 +40,7 @@ func openAPI(t *testing.T) *openapi3.T {
 	return doc
 }
 
-// TestOpenAPIRoutes checks the router the server really builds (newApp,
+// TestOpenAPIRoutes checks the router the server really builds (routes.go,
 // here on the embedded stores: the routes are the same in every mode)
 // against the document, both ways.
 func TestOpenAPIRoutes(t *testing.T) {

@@ -22,13 +22,8 @@ func NewHandler(svc *Service, devCodes bool, log *slog.Logger) *Handler {
 	return &Handler{svc: svc, devCodes: devCodes, log: log}
 }
 
-// Register adds the routes.
-func (h *Handler) Register(r gin.IRouter) {
-	r.POST("/auth/code", h.sendCode)
-	r.POST("/auth/login", h.login)
-}
-
-func (h *Handler) sendCode(c *gin.Context) {
+// SendCode answers POST /auth/code: a login code for a phone.
+func (h *Handler) SendCode(c *gin.Context) {
 	var in struct {
 		Phone string `json:"phone"`
 	}
@@ -51,7 +46,8 @@ func (h *Handler) sendCode(c *gin.Context) {
 	web.JSON(c, http.StatusOK, out)
 }
 
-func (h *Handler) login(c *gin.Context) {
+// Login answers POST /auth/login: a token for a phone and its code.
+func (h *Handler) Login(c *gin.Context) {
 	var in struct {
 		Phone string `json:"phone"`
 		Code  string `json:"code"`

@@ -65,7 +65,9 @@ func FuzzAuthBodies(f *testing.F) {
 	svc := auth.NewService(nil, rdb, tokensAt(testKey, issuedAt), nil, sender, auth.DefaultLimits)
 	r := gin.New()
 	r.Use(web.Recover(log), web.LimitBody())
-	auth.NewHandler(svc, false, log).Register(r)
+	h := auth.NewHandler(svc, false, log)
+	r.POST("/auth/code", h.SendCode)
+	r.POST("/auth/login", h.Login)
 
 	f.Fuzz(func(t *testing.T, login bool, body []byte) {
 		path := "/auth/code"

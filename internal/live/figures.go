@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"seckill/internal/order"
+	"seckill/internal/order/queue"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
@@ -49,14 +49,14 @@ type Source struct {
 	rdb      redis.UniversalClient
 	vouchers *voucher.Service
 	stocks   *stock.Store
-	queue    func(context.Context) (order.QueueStats, error) // nil in sync mode
+	queue    func(context.Context) (queue.Stats, error) // nil in sync mode
 	now      func() time.Time
 }
 
-// NewSource returns a Source; queue is async mode's queue statistics, nil
+// NewSource returns a Source; queueStats is async mode's queue statistics, nil
 // in sync mode.
-func NewSource(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, queue func(context.Context) (order.QueueStats, error), now func() time.Time) *Source {
-	return &Source{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, queue: queue, now: now}
+func NewSource(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, queueStats func(context.Context) (queue.Stats, error), now func() time.Time) *Source {
+	return &Source{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, queue: queueStats, now: now}
 }
 
 // Read returns voucherID's figures now; the answers are those of the last

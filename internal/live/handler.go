@@ -49,24 +49,14 @@ func NewHandler(src *Source, crowd *Crowd, done <-chan struct{}, log *slog.Logge
 	return &Handler{src: src, feeds: newFeeds(src.Read, log), crowd: crowd, done: done, log: log}
 }
 
-// EventsRoute is the event streams' route, in gin's pattern.
-const EventsRoute = "/live/:voucherId/events"
-
-// Register adds the routes; admin guards the crowd, behind authn.
-func (h *Handler) Register(r gin.IRouter, authn, admin gin.HandlerFunc) {
-	r.GET("/live/:voucherId", h.page)
-	r.GET(EventsRoute, h.events)
-	r.POST("/live/:voucherId/crowd", authn, admin, h.startCrowd)
-}
-
 // PassStreams runs limit, the instance's cap on requests in flight, for
-// every request but an event stream: a stream lasts as long as its page,
-// and would hold a slot all that time. The streams are bounded by a cap
-// of their own (MaxStreams). The page and the crowd are ordinary
-// requests, under limit.
-func PassStreams(limit gin.HandlerFunc) gin.HandlerFunc {
+// every request but an event stream (GET on route, the route of Events in
+// gin's pattern): a stream lasts as long as its page, and would hold a
+// slot all that time. The streams are bounded by a cap of their own
+// (MaxStreams). The page and the crowd are ordinary requests, under limit.
+func PassStreams(route string, limit gin.HandlerFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if c.Request.Method == http.MethodGet && c.FullPath() == EventsRoute {
+		if c.Request.Method == http.MethodGet && c.FullPath() == route {
 			c.Next()
 			return
 		}
@@ -74,7 +64,8 @@ func PassStreams(limit gin.HandlerFunc) gin.HandlerFunc {
 	}
 }
 
-func (h *Handler) page(c *gin.Context) {
+// Page answers GET /live/{voucherId}: the page.
+func (h *Handler) Page(c *gin.Context) {
 	id, ok := web.ID(c, "voucherId")
 	if !ok {
 		return
@@ -92,7 +83,9 @@ func (h *Handler) page(c *gin.Context) {
 // one by itself, so a tab left open does not hold a goroutine for days.
 const streamFor = 10 * time.Minute
 
-func (h *Handler) events(c *gin.Context) {
+// Events answers GET /live/{voucherId}/events: the page's figures, every
+// second, as server-sent events.
+func (h *Handler) Events(c *gin.Context) {
 	id, ok := web.ID(c, "voucherId")
 	if !ok {
 		return
@@ -147,7 +140,9 @@ func send(rc *http.ResponseController, w io.Writer, b []byte) error {
 	return rc.Flush()
 }
 
-func (h *Handler) startCrowd(c *gin.Context) {
+// StartCrowd answers POST /live/{voucherId}/crowd (admins): a simulated
+// crowd buys the voucher.
+func (h *Handler) StartCrowd(c *gin.Context) {
 	id, ok := web.ID(c, "voucherId")
 	if !ok {
 		return

@@ -55,8 +55,9 @@ func newLiveServer(t *testing.T, maxStreams int) liveServer {
 	}
 	gin.SetMode(gin.TestMode)
 	r := gin.New()
-	pass := func(c *gin.Context) { c.Next() }
-	h.Register(r, pass, pass)
+	r.GET("/live/:voucherId", h.Page)
+	r.GET("/live/:voucherId/events", h.Events)
+	r.POST("/live/:voucherId/crowd", h.StartCrowd)
 	srv := httptest.NewServer(r)
 	t.Cleanup(func() {
 		close(done)

@@ -14,7 +14,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"seckill/internal/apperr"
-	"seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/web"
 )
@@ -54,14 +53,13 @@ func TestRecordersAddUp(t *testing.T) {
 		rec := NewRecorder(rdb, log)
 		recorders = append(recorders, rec)
 		r := gin.New()
-		r.Use(rec.Middleware(order.SeckillRoute))
-		r.POST(order.SeckillRoute, func(c *gin.Context) {
+		r.Use(rec.Middleware(seckillRoute))
+		r.POST(seckillRoute, func(c *gin.Context) {
 			switch c.Query("answer") {
 			case "ok":
 				c.Status(http.StatusOK)
 			case "sold_out":
 				err := apperr.New(apperr.SoldOut, "sold out")
-				c.Set(order.ErrorKey, err)
 				web.Error(c, log, err)
 			default:
 				web.Error(c, log, apperr.New(apperr.NotFound, "no such voucher"))

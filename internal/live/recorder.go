@@ -34,8 +34,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
-	"seckill/internal/apperr"
-	"seckill/internal/order"
+	"seckill/internal/web"
 )
 
 // Outcomes are the answers counted, in the order the page shows them: the
@@ -132,7 +131,7 @@ func (r *Recorder) Middleware(route string) gin.HandlerFunc {
 		}
 		start := time.Now()
 		c.Next()
-		i, ok := outcomeIndex[order.Answer(c)]
+		i, ok := outcomeIndex[web.Answer(c)]
 		if !ok {
 			return // no token, no such voucher, no valid ID: no buyer, or nothing to buy
 		}
@@ -157,28 +156,17 @@ func (r *Recorder) Middleware(route string) gin.HandlerFunc {
 }
 
 // afterLookup reports whether the buy button's answer in c proves that
-// the voucher exists: a 200, or an error the seckill handler left at
-// order.ErrorKey other than not_found and unavailable. The seckill flow
-// begins by finding the voucher (voucher.Service.Find), which fails only
-// with those two; any other error comes after it found the voucher.
-// Answers given before the handler runs (no token: 401; over the rate or
-// the cap: 429) leave no error there and prove nothing.
+// the voucher exists: a 200, or a 409 (not_started, ended, sold_out,
+// already_ordered), which on this route only the seckill flow answers, and
+// only after it found the voucher (voucher.Service.Find, which fails with
+// not_found or unavailable). Nothing else proves it: a request without a
+// token (401), a malformed ID (400) or one over the user's rate or the
+// in-flight cap (429) is answered before any lookup. The flow's own busy
+// (another request of the user holds a unit) is not counted as proof
+// either, being a 429 like the rate's: that other request's 200 or 409
+// soon is.
 func afterLookup(c *gin.Context) bool {
-	if c.Writer.Status() == http.StatusOK {
-		return true
-	}
-	v, ok := c.Get(order.ErrorKey)
-	if !ok {
-		return false
-	}
-	err, _ := v.(error)
-	if err == nil {
-		return false
-	}
-	if e := apperr.As(err); e != nil && (e.Code == apperr.NotFound || e.Code == apperr.Unavailable) {
-		return false
-	}
-	return true
+	return c.Writer.Status() == http.StatusOK || c.Writer.Status() == http.StatusConflict
 }
 
 // secondKey holds the answers to voucher id in second sec of all

@@ -13,18 +13,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/apperr"
-	"seckill/internal/order"
 	"seckill/internal/testenv"
 	"seckill/internal/testenv/faultproxy"
 	"seckill/internal/web"
 )
 
+// seckillRoute is the buy button's route, as cmd/server declares it.
+const seckillRoute = "/seckill/:voucherId"
+
 // buyButton is a router shaped like the server's buy button behind rec:
 // authentication first (no Authorization header: 401), then the user's
 // rate (header X-Too-Fast: 429, before any lookup), then the handler,
 // which finds the voucher first, as order.Service.Seckill does: an ID not
-// in vouchers is not_found, left at order.ErrorKey; a voucher answers
-// what its query's answer says.
+// in vouchers is not_found; a voucher answers what its query's answer
+// says.
 func buyButton(rec *Recorder, vouchers ...int64) http.Handler {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gin.SetMode(gin.TestMode)
@@ -33,7 +35,7 @@ func buyButton(rec *Recorder, vouchers ...int64) http.Handler {
 		exists[id] = true
 	}
 	r := gin.New()
-	r.Use(rec.Middleware(order.SeckillRoute))
+	r.Use(rec.Middleware(seckillRoute))
 	authn := func(c *gin.Context) {
 		if c.GetHeader("Authorization") == "" {
 			web.Error(c, log, apperr.New(apperr.Unauthorized, "no token"))
@@ -44,7 +46,7 @@ func buyButton(rec *Recorder, vouchers ...int64) http.Handler {
 			web.Error(c, log, apperr.RetryAfter(apperr.New(apperr.Busy, "too fast"), time.Second))
 		}
 	}
-	r.POST(order.SeckillRoute, authn, throttle, func(c *gin.Context) {
+	r.POST(seckillRoute, authn, throttle, func(c *gin.Context) {
 		id, ok := web.ID(c, "voucherId")
 		if !ok {
 			return
@@ -57,7 +59,6 @@ func buyButton(rec *Recorder, vouchers ...int64) http.Handler {
 			err = apperr.New(apperr.SoldOut, "sold out")
 		}
 		if err != nil {
-			c.Set(order.ErrorKey, err)
 			web.Error(c, log, err)
 			return
 		}

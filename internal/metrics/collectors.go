@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"seckill/internal/order"
+	"seckill/internal/order/queue"
 )
 
 // The collectors below read their figures when Prometheus scrapes, instead
@@ -61,7 +61,7 @@ func (p redisPool) Collect(ch chan<- prometheus.Metric) {
 // queueCollector reports async mode's orders stream, as GET /admin/queue
 // shows it.
 type queueCollector struct {
-	stats func(context.Context) (order.QueueStats, error)
+	stats func(context.Context) (queue.Stats, error)
 }
 
 var (

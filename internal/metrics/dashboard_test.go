@@ -14,7 +14,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
-	"seckill/internal/order"
+	"seckill/internal/order/queue"
 )
 
 // The Grafana dashboard of docker-compose.yml asks Prometheus only for
@@ -46,7 +46,7 @@ func TestDashboardAsksForExportedSeries(t *testing.T) {
 	defer rdb.Close()
 	m.WatchDB(db)
 	m.WatchRedis(rdb)
-	m.WatchQueue(func(context.Context) (order.QueueStats, error) { return order.QueueStats{}, nil })
+	m.WatchQueue(func(context.Context) (queue.Stats, error) { return queue.Stats{}, nil })
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -11,13 +11,15 @@
 //     orders each group commit wrote; what the sweeper repaired (package
 //     order reports them through order.Observer, which Metrics implements);
 //   - how many entries each batch of async mode's consumer wrote
-//     (queue.Observer);
+//     (ConsumerBatch, the consumer's Config.OnBatch);
 //   - read when scraped: the orders stream's backlog, and the Redis and
 //     MySQL connection pools.
 //
 // Packages order and queue never import Prometheus: they report to a small
 // interface of their own, and a Service built without one (most tests)
-// reports to nobody. Every Metrics has a registry of its own, not
+// reports to nobody. Nor does this package import order: the outcome of an
+// answer is the code package web recorded (web.Answer), and stages and
+// lock results are named by the strings that label them. Every Metrics has a registry of its own, not
 // Prometheus' global one, so that several servers can run in one process
 // (the tests do) without counting into each other's figures.
 //
@@ -39,11 +41,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/apperr"
-	"seckill/internal/order"
+	"seckill/internal/order/queue"
+	"seckill/internal/web"
 )
 
 // Metrics holds one server's collectors and its registry. It implements
-// order.Observer and queue.Observer.
+// order.Observer.
 type Metrics struct {
 	reg *prometheus.Registry
 	log *slog.Logger
@@ -51,8 +54,8 @@ type Metrics struct {
 	answers   map[apperr.Code]prometheus.Counter // read-only after New
 	answerOK  prometheus.Counter
 	request   prometheus.Observer
-	stages    [order.Stages]prometheus.Observer
-	locks     [order.LockResults]prometheus.Counter
+	stages    map[string]prometheus.Observer // read-only after New
+	locks     map[string]prometheus.Counter  // read-only after New
 	committed prometheus.Observer
 	consumer  prometheus.Observer
 	reclaimed prometheus.Counter
@@ -66,6 +69,15 @@ var codes = []apperr.Code{
 	apperr.NotStarted, apperr.Ended, apperr.SoldOut, apperr.AlreadyOrdered,
 	apperr.Busy, apperr.Unavailable, apperr.Internal,
 }
+
+// The values of the stage and result labels: what package order reports
+// (order.StageStock and the rest, order.LockObtained and the rest). Each
+// series exists from the start, at zero, so that a dashboard shows it
+// before its first event.
+var (
+	stageNames      = []string{"stock", "lock", "commit"}
+	lockResultNames = []string{"obtained", "contended", "lost"}
+)
 
 // Buckets. A stage takes well under a millisecond when all is well and
 // seconds when something waits (a pool, a row lock, a failover): doubling
@@ -83,7 +95,8 @@ var (
 func New(log *slog.Logger) *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := &Metrics{reg: reg, log: log, answers: map[apperr.Code]prometheus.Counter{}}
+	m := &Metrics{reg: reg, log: log, answers: map[apperr.Code]prometheus.Counter{},
+		stages: map[string]prometheus.Observer{}, locks: map[string]prometheus.Counter{}}
 
 	answers := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_answers_total",
@@ -105,16 +118,16 @@ func New(log *slog.Logger) *Metrics {
 			"lock obtaining the per-user lock, commit writing the order to MySQL (sync mode; includes waiting for the group commit).",
 		Buckets: latencyBuckets,
 	}, []string{"stage"})
-	for s := range order.Stages {
-		m.stages[s] = stages.WithLabelValues(s.String())
+	for _, s := range stageNames {
+		m.stages[s] = stages.WithLabelValues(s)
 	}
 	locks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_user_lock_total",
 		Help: "The per-user lock of sync mode: obtained, contended (another request of the same user held it: answered busy), " +
 			"or lost before release (its renewal failed; the order was written without the lock's protection to the end).",
 	}, []string{"result"})
-	for r := range order.LockResults {
-		m.locks[r] = locks.WithLabelValues(r.String())
+	for _, r := range lockResultNames {
+		m.locks[r] = locks.WithLabelValues(r)
 	}
 	committed := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "seckill_group_commit_batch_size",
@@ -158,9 +171,9 @@ func (m *Metrics) Handler() http.Handler {
 // too), that counts the answers of the route named route (gin's pattern,
 // such as "/seckill/:voucherId") and times them. Other routes pass through.
 //
-// Most codes follow from the status alone; 409 does not (sold_out,
-// already_ordered, not_started and ended share it), so for a 409 it reads
-// the error the handler left in the context under order.ErrorKey.
+// The outcome is the code the answer was given with (web.Answer): the
+// status alone could not tell sold_out, already_ordered, not_started and
+// ended apart (all 409).
 func (m *Metrics) Seckill(route string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.FullPath() != route {
@@ -176,7 +189,7 @@ func (m *Metrics) Seckill(route string) gin.HandlerFunc {
 
 // answer is the counter of the answer c got.
 func (m *Metrics) answer(c *gin.Context) prometheus.Counter {
-	a := order.Answer(c)
+	a := web.Answer(c)
 	if a == "ok" {
 		return m.answerOK
 	}
@@ -186,17 +199,18 @@ func (m *Metrics) answer(c *gin.Context) prometheus.Counter {
 	return m.answers[apperr.Internal]
 }
 
-// Stage implements order.Observer.
-func (m *Metrics) Stage(s order.Stage, d time.Duration) {
-	if s >= 0 && s < order.Stages {
-		m.stages[s].Observe(d.Seconds())
+// Stage implements order.Observer. A stage not in stageNames is not
+// counted: a name the dashboard does not know would go unseen anyway.
+func (m *Metrics) Stage(stage string, d time.Duration) {
+	if o, ok := m.stages[stage]; ok {
+		o.Observe(d.Seconds())
 	}
 }
 
 // UserLock implements order.Observer.
-func (m *Metrics) UserLock(r order.LockResult) {
-	if r >= 0 && r < order.LockResults {
-		m.locks[r].Inc()
+func (m *Metrics) UserLock(result string) {
+	if c, ok := m.locks[result]; ok {
+		c.Inc()
 	}
 }
 
@@ -209,7 +223,8 @@ func (m *Metrics) Reclaimed() { m.reclaimed.Inc() }
 // DriftCorrected implements order.Observer.
 func (m *Metrics) DriftCorrected() { m.drift.Inc() }
 
-// ConsumerBatch implements queue.Observer.
+// ConsumerBatch counts one transaction of async mode's consumer that
+// settled n entries (queue.Config.OnBatch).
 func (m *Metrics) ConsumerBatch(n int) { m.consumer.Observe(float64(n)) }
 
 // WatchDB adds the statistics of MySQL's connection pool (database/sql's
@@ -227,8 +242,7 @@ func (m *Metrics) WatchRedis(rdb redis.UniversalClient) {
 }
 
 // WatchQueue adds the state of async mode's orders stream, read when
-// scraped by stats (order.Service.QueueStats, the figures of GET
-// /admin/queue).
-func (m *Metrics) WatchQueue(stats func(context.Context) (order.QueueStats, error)) {
+// scraped by stats (queue.Queue.Stats, the figures of GET /admin/queue).
+func (m *Metrics) WatchQueue(stats func(context.Context) (queue.Stats, error)) {
 	m.reg.MustRegister(queueCollector{stats})
 }

@@ -17,7 +17,7 @@ import (
 // And the first caller giving up does not end the attempt the others wait
 // on.
 func TestAloneOneAttemptForManyCallers(t *testing.T) {
-	s := &Service{cfg: Config{WriteTimeout: 5 * time.Second}}
+	s := &Service{common: common{cfg: Config{WriteTimeout: 5 * time.Second}}}
 	var calls atomic.Int32
 	release := make(chan struct{})
 	attempt := func(ctx context.Context) error {

@@ -1,7 +1,6 @@
 package order
 
 import (
-	_ "embed"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,19 +9,23 @@ import (
 	"gorm.io/gorm"
 )
 
-// ErrIDCollision is an entry whose order ID another order already has.
-var ErrIDCollision = errors.New("order ID collision")
+// Writing many orders in one transaction: async mode's consumer
+// (writeBatch, through QueueWriter) and sync mode's group commit
+// (writeNew, writer.go).
 
-// ErrWrittenMeanwhile: the order was written by another writer while this
+// errIDCollision is an entry whose order ID another order already has.
+var errIDCollision = errors.New("order ID collision")
+
+// errWrittenMeanwhile: the order was written by another writer while this
 // one tried (a claim raced a slow consumer). The transaction rolls back;
 // the next attempt finds the row and settles the entry.
-var ErrWrittenMeanwhile = errors.New("order written meanwhile by another writer")
+var errWrittenMeanwhile = errors.New("order written meanwhile by another writer")
 
-// WriteBatch writes orders in one transaction: skip those already written
+// writeBatch writes orders in one transaction: skip those already written
 // (a redelivery), insert the rest in one multi-row INSERT, and take each
 // voucher's units with one guarded UPDATE. ">= n" is "> 0" for n units: a
 // batch that would take more than is left fails whole.
-func WriteBatch(tx *gorm.DB, orders []Order) error {
+func writeBatch(tx *gorm.DB, orders []Order) error {
 	ids := make([]int64, len(orders))
 	for i, o := range orders {
 		ids[i] = o.ID
@@ -39,7 +42,7 @@ func WriteBatch(tx *gorm.DB, orders []Order) error {
 		// The same ID for another order is not a redelivery: Redis lost its
 		// ID counters and handed out an ID already used.
 		if d, ok := owner[o.ID]; ok && (d.UserID != o.UserID || d.VoucherID != o.VoucherID) {
-			return fmt.Errorf("%w: order %d is already another order's ID", ErrIDCollision, o.ID)
+			return fmt.Errorf("%w: order %d is already another order's ID", errIDCollision, o.ID)
 		}
 	}
 	var fresh []Order
@@ -52,7 +55,7 @@ func WriteBatch(tx *gorm.DB, orders []Order) error {
 			// must fail as the single INSERT's would, not become one row
 			// and two answers of 200.
 			if d.UserID != o.UserID || d.VoucherID != o.VoucherID {
-				return fmt.Errorf("%w: order %d given to two orders in one batch", ErrIDCollision, o.ID)
+				return fmt.Errorf("%w: order %d given to two orders in one batch", errIDCollision, o.ID)
 			}
 			continue
 		}
@@ -73,21 +76,21 @@ func WriteBatch(tx *gorm.DB, orders []Order) error {
 			if err := duplicate(tx, &fresh[0]); err != nil {
 				return err
 			}
-			return ErrWrittenMeanwhile
+			return errWrittenMeanwhile
 		}
 		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
 	}
 	return take(tx, units)
 }
 
-// WriteNew writes orders that no writer has written before, in one
+// writeNew writes orders that no writer has written before, in one
 // transaction: sync mode's group commit, where each request hands over its
-// own new order once. It skips WriteBatch's look for orders already
+// own new order once. It skips writeBatch's look for orders already
 // written (a redelivery happens only in async mode), a statement less per
 // batch. An order whose ID is already used, or whose user already has an
 // order, fails the INSERT and with it the batch; the caller then writes
 // each order alone, and learns which key each one hit.
-func WriteNew(tx *gorm.DB, orders []Order) error {
+func writeNew(tx *gorm.DB, orders []Order) error {
 	units := map[int64]int64{}
 	for _, o := range orders {
 		units[o.VoucherID]++

@@ -17,6 +17,22 @@
 //
 // Whatever fails after step 2 gives the unit back; a process that dies
 // there leaves a hold that the Sweeper turns back into stock.
+//
+// Where each part lives:
+//
+//   - seckill.go: the Service, the flow, and sync mode (the row written
+//     before the answer); async.go: async mode (the order queued in Redis
+//     by package order/queue, which owns the stream, and written later by
+//     its consumers through QueueWriter, persist.go).
+//   - Where an order's row is written: repository.go (one order, and the
+//     reads), batch.go (many in one transaction), writer.go (sync mode's
+//     group commit); outcome.go tells what became of a write, and is the
+//     one place that classifies MySQL's errors.
+//   - memory.go: what an instance remembers to answer the flood from
+//     memory; restore.go and ids.go: putting back what Redis lost (stock
+//     keys, the order-ID sequence); sweeper.go: expired holds and drift.
+//   - handler.go: the buy button and GET /orders/{id}; observe.go: what
+//     the flow reports to metrics.
 package order
 
 import (

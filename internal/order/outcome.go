@@ -48,7 +48,7 @@ func (o Outcome) String() string {
 // statements' failures: a statement that failed leaves nothing behind
 // (the transaction rolls back, or dies with its connection), but a COMMIT
 // that failed may have committed.
-func Transact(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) (Outcome, error) {
+func transact(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) (Outcome, error) {
 	return transactWith(ctx, db, nil, fn)
 }
 
@@ -69,6 +69,15 @@ func transactWith(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func
 	return commitOutcome(err), fmt.Errorf("commit: %w", err)
 }
 
+// A write that failed is asked two questions, here and nowhere else, by
+// sync mode's requests and async mode's consumer alike:
+//
+//   - did it commit? (commitOutcome) Not written, or Unknown when the
+//     COMMIT was sent and its answer lost;
+//   - was the failure the rows' own? (permanent) Then writing the same
+//     rows again fails the same way; otherwise MySQL could not write at
+//     that moment, and the same rows may be written later.
+
 // commitOutcome classifies a failed COMMIT.
 func commitOutcome(err error) Outcome {
 	var me *mysql.MySQLError
@@ -84,6 +93,39 @@ func commitOutcome(err error) Outcome {
 		return NotWritten
 	}
 	return Unknown
+}
+
+// permanent reports whether a write that failed with err failed for what
+// is in its rows: MySQL's verdict on a row itself (a duplicate key, a
+// CHECK or foreign key, a value it cannot store), or a verdict of this
+// package's own (sold out, already ordered, an ID collision). Everything
+// else says nothing about the rows: MySQL could not be reached, did not
+// answer, answered that it cannot write now (read-only during a failover,
+// disk full, too many connections, shutting down, no quorum, a lock wait,
+// a deadlock), or lost the answer to a COMMIT. A MySQL error number not
+// known here counts as not permanent: async mode retries such a write for
+// as long as it takes, which costs a log line a minute; taking it for a
+// verdict would dead-letter an order that was answered 200.
+func permanent(err error) bool {
+	// gorm (TranslateError) replaces some MySQL errors with its own.
+	if errors.Is(err, ErrSoldOut) || errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, errIDCollision) ||
+		errors.Is(err, gorm.ErrDuplicatedKey) || errors.Is(err, gorm.ErrForeignKeyViolated) || errors.Is(err, gorm.ErrCheckConstraintViolated) {
+		return true
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1048, // column cannot be null
+			1062, 1586, // duplicate entry
+			1264, 1690, // out of range
+			1265, 1292, 1366, // truncated or incorrect value
+			1406,       // data too long
+			1451, 1452, // foreign key
+			3819, 4025: // CHECK constraint (MySQL, MariaDB)
+			return true
+		}
+	}
+	return false
 }
 
 // resolve finds out whether o was committed, after a COMMIT whose answer
@@ -112,7 +154,10 @@ func resolve(ctx context.Context, db *gorm.DB, o *Order) (Outcome, error) {
 		if ctx.Err() != nil {
 			return Unknown, fmt.Errorf("look up order %d after a lost COMMIT: %w", o.ID, err)
 		}
-		sleep(ctx, delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
 		delay = min(2*delay, time.Second)
 	}
 }
@@ -142,12 +187,4 @@ func lockedOrders(ctx context.Context, db *gorm.DB, voucherID int64, users []int
 		have[r.UserID] = r.ID
 	}
 	return have, nil
-}
-
-// sleep waits d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }

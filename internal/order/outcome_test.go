@@ -123,7 +123,7 @@ func TestLockedLookupBlocksNoOtherBuyer(t *testing.T) {
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := Transact(ictx, db, func(tx *gorm.DB) error {
+	_, err := transact(ictx, db, func(tx *gorm.DB) error {
 		return tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at) VALUES (2, 45, ?, 'created', NOW())", vid).Error
 	})
 	if d := time.Since(start); err != nil || d > 5*time.Second {

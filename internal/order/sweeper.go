@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"seckill/internal/order/queue"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
@@ -98,7 +99,7 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		// An hour after the sale: no request can still hold a unit (holds
 		// expired long ago), so the voucher leaves the sweeper's list.
 		if len(lapses) == 0 {
-			return s.stocks.Forget(ctx, voucherID, v.Parts(), 24*time.Hour, AcceptedKey(voucherID), QueuedKey(voucherID))
+			return s.stocks.Forget(ctx, voucherID, v.Parts(), 24*time.Hour, queue.VoucherKeys(voucherID)...)
 		}
 		return nil
 	}

@@ -13,10 +13,10 @@ import (
 // takes the row lock, and the next waits for the COMMIT (an fsync) of the
 // one before. Requests that arrive together are therefore written together:
 // each hands its order to the writer and waits; the writer takes whatever
-// orders are waiting and commits them in one transaction (WriteNew: one
+// orders are waiting and commits them in one transaction (writeNew: one
 // multi-row INSERT and one guarded UPDATE per voucher, as async mode's
-// WriteBatch, without its look for orders written before). The row is locked once per batch instead of once
-// per order. Each request still answers only after its own row is
+// writeBatch, without its look for orders written before). The row is
+// locked once per batch instead of once per order. Each request still answers only after its own row is
 // committed, so a sync 200 keeps its promise. Under light load a batch is
 // one order, and nothing waits for company: there is no timer.
 //
@@ -39,10 +39,16 @@ type written struct {
 	alone   bool // not written: the batch failed, write it alone
 }
 
-// writer is the group-commit loop's input.
-type writer struct {
+// groupCommit is the group-commit loops' input, and what they write with.
+type groupCommit struct {
 	in  chan *write
-	max int
+	max int // orders in one transaction at most (Config.GroupCommit)
+	db  *gorm.DB
+	obs Observer
+}
+
+func newGroupCommit(db *gorm.DB, obs Observer, most int) *groupCommit {
+	return &groupCommit{in: make(chan *write), max: max(most, 1), db: db, obs: obs}
 }
 
 // DefaultWriters is how many batches may be in flight at once by default
@@ -60,45 +66,48 @@ const DefaultWriters = 1
 // has failed, or when its COMMIT's answer was lost (Unknown). It waits for
 // the answer even if ctx ends meanwhile: a batch already sent may commit
 // the order, and the caller must know.
-func (s *Service) commit(ctx context.Context, o *Order) (Outcome, error) {
+func (g *groupCommit) commit(ctx context.Context, o *Order) (Outcome, error) {
 	w := &write{ctx: ctx, order: o, done: make(chan written, 1)}
 	select {
-	case s.writes.in <- w:
+	case g.in <- w:
 	case <-ctx.Done():
 		return NotWritten, ctx.Err()
 	}
 	r := <-w.done
 	if r.alone {
-		r = s.writeAlone(w)
+		r = g.writeAlone(w)
 	}
 	return r.outcome, r.err
 }
 
 // RunWriter runs one group-commit loop until ctx is done; start
-// GROUP_COMMIT_WRITERS of them in sync mode, and stop them only after the last request finished.
-func (s *Service) RunWriter(ctx context.Context) {
+// GROUP_COMMIT_WRITERS of them in sync mode, and stop them only after the
+// last request finished.
+func (s *Service) RunWriter(ctx context.Context) { s.commits.run(ctx) }
+
+func (g *groupCommit) run(ctx context.Context) {
 	for {
 		var first *write
 		select {
-		case first = <-s.writes.in:
+		case first = <-g.in:
 		case <-ctx.Done():
 			return
 		}
 		batch := []*write{first}
 	gather:
-		for len(batch) < s.writes.max {
+		for len(batch) < g.max {
 			select {
-			case w := <-s.writes.in:
+			case w := <-g.in:
 				batch = append(batch, w)
 			default:
 				break gather
 			}
 		}
-		s.writeGroup(batch)
+		g.writeGroup(batch)
 	}
 }
 
-func (s *Service) writeGroup(batch []*write) {
+func (g *groupCommit) writeGroup(batch []*write) {
 	// A request whose lock is already lost (or whose time ran out) is not
 	// written: its order would no longer be protected by the lock.
 	live := batch[:0]
@@ -128,14 +137,14 @@ func (s *Service) writeGroup(batch []*write) {
 		for i, w := range live {
 			watches[i] = context.AfterFunc(w.ctx, cancel) // cancel the batch when w's context ends
 		}
-		outcome, err := Transact(ctx, s.db, func(tx *gorm.DB) error { return WriteNew(tx, orders) })
+		outcome, err := transact(ctx, g.db, func(tx *gorm.DB) error { return writeNew(tx, orders) })
 		cancel()
 		for _, stop := range watches {
 			stop()
 		}
 		switch outcome {
 		case Written:
-			s.obs.Committed(len(live))
+			g.obs.Committed(len(live))
 			for _, w := range live {
 				w.done <- written{outcome: Written}
 			}
@@ -151,7 +160,7 @@ func (s *Service) writeGroup(batch []*write) {
 	}
 	if len(live) == 1 {
 		w := live[0]
-		w.done <- s.writeAlone(w)
+		w.done <- g.writeAlone(w)
 		return
 	}
 	// The batch failed as a whole: each member writes its order alone, in
@@ -164,10 +173,10 @@ func (s *Service) writeGroup(batch []*write) {
 }
 
 // writeAlone writes w's order in a transaction of its own.
-func (s *Service) writeAlone(w *write) written {
-	outcome, err := Transact(w.ctx, s.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
+func (g *groupCommit) writeAlone(w *write) written {
+	outcome, err := transact(w.ctx, g.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
 	if outcome == Written {
-		s.obs.Committed(1)
+		g.obs.Committed(1)
 	}
 	return written{outcome: outcome, err: err}
 }

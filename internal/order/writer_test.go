@@ -35,14 +35,14 @@ func TestFailedBatchIsWrittenByItsRequests(t *testing.T) {
 	for user := int64(1); user <= 4; user++ {
 		batch = append(batch, &write{ctx: context.Background(), order: order(2000+user*10, user), done: make(chan written, 1)})
 	}
-	s.writeGroup(batch)
+	s.commits.writeGroup(batch)
 	for _, w := range batch {
 		if r := <-w.done; !r.alone {
 			t.Fatalf("user %d: the writer answered %+v, want its request to write alone", w.order.UserID, r)
 		}
 	}
 	for _, w := range batch {
-		r := s.writeAlone(w)
+		r := s.commits.writeAlone(w)
 		switch {
 		case w.order.UserID == 2 && (r.outcome != NotWritten || !errors.Is(r.err, ErrAlreadyOrdered)):
 			t.Errorf("user 2, who has an order: %v %v, want not written, already ordered", r.outcome, r.err)

@@ -19,13 +19,8 @@ type Handler struct {
 // NewHandler returns a Handler.
 func NewHandler(svc *Service, log *slog.Logger) *Handler { return &Handler{svc: svc, log: log} }
 
-// Register adds the routes; admin guards the ones only admins may call.
-func (h *Handler) Register(r gin.IRouter, admin ...gin.HandlerFunc) {
-	r.POST("/vouchers", append(admin, h.create)...)
-	r.GET("/vouchers/:id", h.get)
-}
-
-func (h *Handler) create(c *gin.Context) {
+// Create answers POST /vouchers (admins): a new voucher on sale.
+func (h *Handler) Create(c *gin.Context) {
 	var in CreateInput
 	if !web.BindJSON(c, &in) {
 		return
@@ -38,7 +33,8 @@ func (h *Handler) create(c *gin.Context) {
 	web.JSON(c, http.StatusCreated, v)
 }
 
-func (h *Handler) get(c *gin.Context) {
+// Get answers GET /vouchers/{id}.
+func (h *Handler) Get(c *gin.Context) {
 	id, ok := web.ID(c, "id")
 	if !ok {
 		return

@@ -2,6 +2,12 @@
 // error envelope of the contract, panic recovery, the body size limit, and
 // parsing of numeric path IDs. Handlers stay thin: bind, call the service,
 // then Error or JSON.
+//
+// Every error answer goes out through this package, which records its
+// code in the request's context: Answer reads it, so that whoever counts
+// answers by outcome (packages metrics and live) learns it from the code
+// the handler answered, not by mapping the status back to a code
+// (sold_out and already_ordered are both 409).
 package web
 
 import (
@@ -65,6 +71,7 @@ func abort(c *gin.Context, status int, code apperr.Code, msg string) {
 	b = append(b, `,"message":`...)
 	b = appendString(b, msg)
 	b = append(b, "}}"...)
+	c.Set(answerKey, code)
 	c.Abort()
 	c.Data(status, "application/json; charset=utf-8", b)
 }
@@ -97,6 +104,23 @@ func appendString(b []byte, s string) []byte {
 		i++
 	}
 	return append(b, '"')
+}
+
+// answerKey is where abort records the code of the error it answered.
+const answerKey = "web.answer"
+
+// Answer names the answer c got, once it is written: "ok" for a 200, else
+// the code of the contract it was answered with ("sold_out", "busy", ...),
+// or "internal" for an error answered by something else than this
+// package.
+func Answer(c *gin.Context) string {
+	if c.Writer.Status() == http.StatusOK {
+		return "ok"
+	}
+	if code, ok := c.Get(answerKey); ok {
+		return string(code.(apperr.Code))
+	}
+	return string(apperr.Internal)
 }
 
 // JSON writes v with the given status.

@@ -1,13 +1,3 @@
-// Package queue is the consumer side of async mode's orders queue: it
-// writes the orders that package order accepted into a Redis Stream to
-// MySQL, in batches, through a consumer group, losing none when a consumer
-// dies, when MySQL is away for a while, or when an answer is lost.
-//
-// Package order owns the stream's format (its keys, its entries, the
-// accept script that adds them) and the batch write itself (WriteBatch,
-// shared with sync mode's group commit); this package owns what happens to
-// an entry after it is accepted: delivery, claims, acknowledgement, back-off,
-// dead letters, trimming.
 package queue
 
 import (
@@ -17,40 +7,62 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
-	"gorm.io/gorm"
 
-	"seckill/internal/order"
 	"seckill/internal/stock"
 )
 
-// Config tunes the consumer that writes accepted orders to MySQL.
-type Config struct {
-	Consumer      string        // this consumer's name: stable across restarts of one instance
-	Shard         int           // the shard whose stream it reads (stock.ShardOf); see NewShards
-	Batch         int           // entries read and written at once
-	ClaimIdle     time.Duration // an entry pending this long in another consumer is taken over
-	MaxDeliveries int64         // deliveries after which a failing entry goes to the dead letters
-	Observer      Observer      // told the size of each batch written; nil tells nobody
+// Delivery: the consumer group that writes every accepted order to MySQL
+// exactly once in effect, through a Writer.
+
+// Writer writes accepted orders to the database, and says what became of
+// them. Package order's is the one the server runs; this package knows no
+// SQL.
+type Writer interface {
+	// Write writes entries in one transaction. An entry written before (a
+	// redelivery: the consumer died between the commit and the
+	// acknowledgement) is found and not written again: it counts as
+	// Written.
+	Write(ctx context.Context, entries []Entry) (Verdict, error)
+	// Probe makes a write that changes nothing: it succeeds once the
+	// database takes writes again (a read-only server answers pings and
+	// reads).
+	Probe(ctx context.Context) error
 }
 
-// Observer is told the size of every batch the consumer writes, so that
-// someone (package metrics) can count them. It must be cheap and must not
-// block.
-type Observer interface {
-	// ConsumerBatch reports one transaction that settled n entries.
-	ConsumerBatch(n int)
-}
+// A Verdict is what a Write learned. Only the database's verdict on an
+// entry itself is final; everything else is tried again for as long as it
+// takes: an order that was answered 200 is never given up because the
+// database was away.
+type Verdict int
 
-type nobody struct{}
-
-func (nobody) ConsumerBatch(int) {}
+const (
+	// Written: committed, or found written before.
+	Written Verdict = iota
+	// Later: nothing was learned about the entries: the database could
+	// not be reached, did not answer, answered that it cannot write now
+	// (read-only during a failover, disk full, too many connections, a
+	// lock wait, a deadlock), or lost the answer to the COMMIT. Write them
+	// again later, as they are.
+	Later
+	// Refused: the database refused a value of an entry (a batch's:
+	// of one of them), such as a duplicate key or a CHECK. Written again
+	// alone, an entry refused MaxDeliveries times is dead-lettered.
+	Refused
+	// NoStock: the database has no unit left for the entry (Redis counted
+	// one too many). Dead-lettered at once, its unit not given back.
+	NoStock
+	// HasOrder: the entry's user holds another order of the voucher.
+	// Dead-lettered at once, the user still a buyer.
+	HasOrder
+	// IDTaken: the entry's order ID is another order's. Dead-lettered at
+	// once.
+	IDTaken
+)
 
 var (
 	//go:embed prune.lua
@@ -62,11 +74,24 @@ var (
 	ackScript = redis.NewScript(ackSrc)
 )
 
+// Config tunes the consumer that writes accepted orders to MySQL.
+type Config struct {
+	Consumer      string        // this consumer's name: stable across restarts of one instance
+	Shard         int           // the shard whose stream it reads (stock.ShardOf); see NewConsumers
+	Batch         int           // entries read and written at once
+	ClaimIdle     time.Duration // an entry pending this long in another consumer is taken over
+	MaxDeliveries int64         // deliveries after which a failing entry goes to the dead letters
+	// OnBatch is told the size of every transaction that settled entries,
+	// so that someone (package metrics) can count them; nil tells nobody.
+	// It must be cheap and must not block.
+	OnBatch func(n int)
+}
+
 // DefaultConfig is a good start.
 var DefaultConfig = Config{Batch: 500, ClaimIdle: 5 * time.Second, MaxDeliveries: 5}
 
 // Consumer is one consumer of the group that writes a shard's orders
-// stream to MySQL. Each server instance runs one per shard (NewShards),
+// stream to MySQL. Each server instance runs one per shard (NewConsumers),
 // named so that a restarted instance finds its own unacknowledged entries
 // again.
 //
@@ -82,7 +107,7 @@ var DefaultConfig = Config{Batch: 500, ClaimIdle: 5 * time.Second, MaxDeliveries
 // dead-lettered for being unwritable: only MySQL's verdict on an entry
 // itself (a duplicate order, a value it rejects) makes a dead letter.
 type Consumer struct {
-	db  *gorm.DB
+	w   Writer
 	rdb redis.UniversalClient
 	now func() time.Time
 	cfg Config
@@ -102,24 +127,24 @@ type Consumer struct {
 	lastErr   error
 }
 
-// New returns a Consumer of the orders stream of shard cfg.Shard in rdb
-// that writes to db.
-func New(db *gorm.DB, rdb redis.UniversalClient, now func() time.Time, cfg Config, log *slog.Logger) *Consumer {
-	if cfg.Observer == nil {
-		cfg.Observer = nobody{}
+// NewConsumer returns a Consumer of the orders stream of shard cfg.Shard
+// in rdb that writes through w.
+func NewConsumer(rdb redis.UniversalClient, w Writer, now func() time.Time, cfg Config, log *slog.Logger) *Consumer {
+	if cfg.OnBatch == nil {
+		cfg.OnBatch = func(int) {}
 	}
-	return &Consumer{db: db, rdb: rdb, now: now, cfg: cfg, log: log.With("consumer", cfg.Consumer, "shard", cfg.Shard),
-		stream: order.StreamKey(cfg.Shard), dead: order.DeadKey(cfg.Shard), pending: order.PendingKey(cfg.Shard),
+	return &Consumer{w: w, rdb: rdb, now: now, cfg: cfg, log: log.With("consumer", cfg.Consumer, "shard", cfg.Shard),
+		stream: StreamKey(cfg.Shard), dead: deadKey(cfg.Shard), pending: pendingKey(cfg.Shard),
 		claimCursor: "0-0", size: cfg.Batch}
 }
 
-// NewShards returns a Consumer for every shard's stream (stock.Shards),
+// NewConsumers returns a Consumer for every shard's stream (stock.Shards),
 // all with cfg but for the shard: what one instance runs.
-func NewShards(db *gorm.DB, rdb redis.UniversalClient, now func() time.Time, cfg Config, log *slog.Logger) []*Consumer {
+func NewConsumers(rdb redis.UniversalClient, w Writer, now func() time.Time, cfg Config, log *slog.Logger) []*Consumer {
 	cs := make([]*Consumer, stock.Shards)
 	for k := range cs {
 		cfg.Shard = k
-		cs[k] = New(db, rdb, now, cfg, log)
+		cs[k] = NewConsumer(rdb, w, now, cfg, log)
 	}
 	return cs
 }
@@ -178,13 +203,6 @@ func (p *Consumer) Run(ctx, drain context.Context) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
-
 // sick reports whether the last write failed for a reason that is not the
 // entry's own (see Consumer).
 func (p *Consumer) sick() bool { return p.backoff > 0 }
@@ -223,9 +241,7 @@ func (p *Consumer) recover(ctx, drain context.Context) {
 		err = p.handle(drain, own)
 	} else if err == nil {
 		pctx, cancel := context.WithTimeout(drain, p.cfg.ClaimIdle/2)
-		_, err = order.Transact(pctx, p.db, func(tx *gorm.DB) error {
-			return tx.Exec("UPDATE vouchers SET stock = stock WHERE id = 0").Error
-		})
+		err = p.w.Probe(pctx)
 		cancel()
 	}
 	if err != nil {
@@ -241,7 +257,7 @@ func (p *Consumer) recover(ctx, drain context.Context) {
 // yet acknowledged, without delivering them again (XPENDING, then XRANGE).
 func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
 	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: p.stream, Group: order.GroupName, Start: "-", End: "+", Count: int64(p.size), Consumer: p.cfg.Consumer,
+		Stream: p.stream, Group: GroupName, Start: "-", End: "+", Count: int64(p.size), Consumer: p.cfg.Consumer,
 	}).Result()
 	if err != nil || len(ps) == 0 {
 		return nil, err
@@ -266,9 +282,9 @@ func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
 // a new group start at the oldest entry, so entries accepted before the
 // group existed are not skipped.
 func (p *Consumer) ensureGroup(ctx context.Context) error {
-	err := p.rdb.XGroupCreateMkStream(ctx, p.stream, order.GroupName, "0").Err()
+	err := p.rdb.XGroupCreateMkStream(ctx, p.stream, GroupName, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("create group %s: %w", order.GroupName, err)
+		return fmt.Errorf("create group %s: %w", GroupName, err)
 	}
 	return nil
 }
@@ -277,7 +293,7 @@ func (p *Consumer) ensureGroup(ctx context.Context) error {
 // 0 means do not wait.
 func (p *Consumer) readNew(ctx context.Context, block time.Duration) (int, error) {
 	args := &redis.XReadGroupArgs{
-		Group: order.GroupName, Consumer: p.cfg.Consumer,
+		Group: GroupName, Consumer: p.cfg.Consumer,
 		Streams: []string{p.stream, ">"}, Count: int64(p.size), Block: block,
 	}
 	if block == 0 {
@@ -309,7 +325,7 @@ func (p *Consumer) catchUp(ctx context.Context) {
 	from := "0"
 	for ctx.Err() == nil {
 		streams, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: order.GroupName, Consumer: p.cfg.Consumer,
+			Group: GroupName, Consumer: p.cfg.Consumer,
 			Streams: []string{p.stream, from}, Count: int64(p.size), Block: -1,
 		}).Result()
 		if err != nil || len(streams) == 0 || len(streams[0].Messages) == 0 {
@@ -330,7 +346,7 @@ func (p *Consumer) catchUp(ctx context.Context) {
 // call to call makes each call continue where the last one stopped.
 func (p *Consumer) claim(ctx context.Context) {
 	msgs, next, err := p.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: p.stream, Group: order.GroupName, Consumer: p.cfg.Consumer,
+		Stream: p.stream, Group: GroupName, Consumer: p.cfg.Consumer,
 		MinIdle: p.cfg.ClaimIdle, Start: p.claimCursor, Count: int64(p.size),
 	}).Result()
 	if err != nil {
@@ -359,127 +375,83 @@ func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ClaimIdle/2)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	var entries []redis.XMessage
-	var orders []order.Order
+	var msgsOK []redis.XMessage
+	var entries []Entry
 	for _, m := range msgs {
-		o, err := p.parse(m)
+		e, err := p.parse(m)
 		if err != nil {
-			p.deadLetter(ctx, m, err) // cannot ever succeed: do not retry
+			p.deadLetter(ctx, m, err, false, false) // cannot ever succeed: do not retry
 			continue
 		}
-		entries = append(entries, m)
-		orders = append(orders, o)
+		msgsOK = append(msgsOK, m)
+		entries = append(entries, e)
 	}
-	if len(orders) == 0 {
+	if len(entries) == 0 {
 		return nil
 	}
-	outcome, err := p.write(ctx, orders)
-	if outcome == order.Written {
-		p.cfg.Observer.ConsumerBatch(len(orders))
+	verdict, err := p.w.Write(ctx, entries)
+	if verdict == Written {
+		p.cfg.OnBatch(len(entries))
 		p.size = min(2*p.size, p.cfg.Batch)
-		p.ack(ctx, entries, orders)
+		p.ack(ctx, msgsOK, entries)
 		return nil
 	}
-	if errors.Is(err, context.DeadlineExceeded) && len(orders) > 1 {
+	if errors.Is(err, context.DeadlineExceeded) && len(entries) > 1 {
 		// Too big to write in its time: smaller batches next, or the
 		// same batch would run out of time forever.
-		p.size = max(len(orders)/2, 1)
+		p.size = max(len(entries)/2, 1)
 	}
-	if transient(err) {
+	if verdict == Later {
 		// MySQL is away, read-only, full, or lost the COMMIT's answer
-		// (Unknown: the next attempt finds the rows if it committed).
-		// Writing the entries one by one would fail the same way.
+		// (the next attempt finds the rows if it committed). Writing the
+		// entries one by one would fail the same way.
 		return err
 	}
 	// MySQL refused the batch because of what is in it. Write its entries
 	// one by one, so that one bad entry cannot hold the others back.
-	p.log.Warn("batch refused; writing its entries one by one", "size", len(orders), "err", err)
-	for i, o := range orders {
+	p.log.Warn("batch refused; writing its entries one by one", "size", len(entries), "err", err)
+	for i, e := range entries {
 		if time.Now().After(deadline) {
 			return nil // the rest stay pending for the next attempt
 		}
-		outcome, err := p.write(ctx, []order.Order{o})
+		verdict, err := p.w.Write(ctx, []Entry{e})
 		switch {
-		case outcome == order.Written:
-			p.cfg.Observer.ConsumerBatch(1)
-			p.ack(ctx, entries[i:i+1], orders[i:i+1])
-		case transient(err):
+		case verdict == Written:
+			p.cfg.OnBatch(1)
+			p.ack(ctx, msgsOK[i:i+1], entries[i:i+1])
+		case verdict == Later:
 			return err
-		case errors.Is(err, order.ErrSoldOut) || errors.Is(err, order.ErrAlreadyOrdered) || errors.Is(err, order.ErrIDCollision):
-			p.deadLetter(ctx, entries[i], err) // MySQL refuses it for good: retrying cannot help
-		case p.deliveries(ctx, entries[i].ID) >= p.cfg.MaxDeliveries:
-			p.deadLetter(ctx, entries[i], err) // MySQL refused this entry, again and again
+		case verdict == NoStock, verdict == HasOrder, verdict == IDTaken:
+			// MySQL refuses it for good: retrying cannot help.
+			p.deadLetter(ctx, msgsOK[i], err, verdict == NoStock, verdict == HasOrder)
+		case p.deliveries(ctx, msgsOK[i].ID) >= p.cfg.MaxDeliveries:
+			p.deadLetter(ctx, msgsOK[i], err, false, false) // MySQL refused this entry, again and again
 		}
 		// Otherwise left pending: catchUp delivers it again, and counts.
 	}
 	return nil
 }
 
-// write runs writeBatch in a transaction, within ctx.
-func (p *Consumer) write(ctx context.Context, orders []order.Order) (order.Outcome, error) {
-	outcome, err := order.Transact(ctx, p.db, func(tx *gorm.DB) error { return order.WriteBatch(tx, orders) })
-	if errors.Is(err, order.ErrWrittenMeanwhile) {
-		// Another consumer wrote it while we tried: this time we find it.
-		outcome, err = order.Transact(ctx, p.db, func(tx *gorm.DB) error { return order.WriteBatch(tx, orders) })
-	}
-	return outcome, err
-}
-
-// transient reports whether err says nothing about the entries written:
-// MySQL could not be reached, did not answer, answered that it cannot
-// write now (read-only during a failover, disk full, too many
-// connections, shutting down, no quorum, a lock wait, a deadlock), or lost
-// the answer to a COMMIT. Such an error is retried for as long as it takes:
-// an accepted order is never given up because MySQL was away.
-//
-// Only MySQL's verdict on a row itself is permanent: a duplicate key, a
-// CHECK or foreign key, a value it cannot store. Errors of this package's
-// own (sold out, already ordered, ID collision) are verdicts too. A MySQL
-// error number not known here counts as transient: retrying an unknown
-// failure forever costs a log line a minute; dead-lettering it would break
-// the promise of a 200.
-func transient(err error) bool {
-	// gorm (TranslateError) replaces some MySQL errors with its own.
-	if errors.Is(err, order.ErrSoldOut) || errors.Is(err, order.ErrAlreadyOrdered) || errors.Is(err, order.ErrIDCollision) ||
-		errors.Is(err, gorm.ErrDuplicatedKey) || errors.Is(err, gorm.ErrForeignKeyViolated) || errors.Is(err, gorm.ErrCheckConstraintViolated) {
-		return false
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1048, // column cannot be null
-			1062, 1586, // duplicate entry
-			1264, 1690, // out of range
-			1265, 1292, 1366, // truncated or incorrect value
-			1406,       // data too long
-			1451, 1452, // foreign key
-			3819, 4025: // CHECK constraint (MySQL, MariaDB)
-			return false
-		}
-	}
-	return true
-}
-
 // ack acknowledges written entries, forgets their pending markers, and
 // counts them off their vouchers' queues (ack.lua), in one round trip.
-func (p *Consumer) ack(ctx context.Context, entries []redis.XMessage, orders []order.Order) {
+func (p *Consumer) ack(ctx context.Context, msgs []redis.XMessage, entries []Entry) {
 	keys := []string{p.stream, p.pending}
-	args := []any{order.GroupName}
-	for i, m := range entries {
-		keys = append(keys, order.QueuedKey(orders[i].VoucherID))
-		args = append(args, m.ID, orders[i].ID)
+	args := []any{GroupName}
+	for i, m := range msgs {
+		keys = append(keys, queuedKey(entries[i].VoucherID))
+		args = append(args, m.ID, entries[i].OrderID)
 	}
 	if err := ackScript.Run(ctx, p.rdb, keys, args...).Err(); err != nil {
 		// Not acknowledged: the entries are delivered again and found
 		// already written. Nothing is lost.
-		p.log.Warn("acknowledge written entries", "count", len(entries), "err", err)
+		p.log.Warn("acknowledge written entries", "count", len(msgs), "err", err)
 	}
 }
 
 // deliveries is how often an entry has been delivered.
 func (p *Consumer) deliveries(ctx context.Context, id string) int64 {
 	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: p.stream, Group: order.GroupName, Start: id, End: id, Count: 1,
+		Stream: p.stream, Group: GroupName, Start: id, End: id, Count: 1,
 	}).Result()
 	if err != nil || len(ps) == 0 {
 		return 0
@@ -497,12 +469,12 @@ func (p *Consumer) trim(ctx context.Context) {
 	}
 	var minID string
 	for _, g := range groups {
-		if g.Name != order.GroupName {
+		if g.Name != GroupName {
 			continue
 		}
 		minID = g.LastDeliveredID
 		if g.Pending > 0 {
-			sum, err := p.rdb.XPending(ctx, p.stream, order.GroupName).Result()
+			sum, err := p.rdb.XPending(ctx, p.stream, GroupName).Result()
 			if err != nil {
 				return
 			}
@@ -523,95 +495,29 @@ func (p *Consumer) trim(ctx context.Context) {
 // 200 ms; one that is sick (not reading) and holds nothing loses nothing by
 // being removed: its next read adds it again.
 func (p *Consumer) pruneConsumers(ctx context.Context) {
-	consumers, err := p.rdb.XInfoConsumers(ctx, p.stream, order.GroupName).Result()
+	consumers, err := p.rdb.XInfoConsumers(ctx, p.stream, GroupName).Result()
 	if err != nil {
 		return
 	}
 	idle := max(time.Hour, 100*p.cfg.ClaimIdle)
 	for _, c := range consumers {
 		if c.Name != p.cfg.Consumer && c.Pending == 0 && c.Idle > idle {
-			if n, err := pruneScript.Run(ctx, p.rdb, []string{p.stream}, order.GroupName, c.Name).Int(); err == nil && n == 1 {
+			if n, err := pruneScript.Run(ctx, p.rdb, []string{p.stream}, GroupName, c.Name).Int(); err == nil && n == 1 {
 				p.log.Info("removed a consumer gone for long", "gone", c.Name, "idle", c.Idle)
 			}
 		}
 	}
 }
 
-var (
-	//go:embed dead.lua
-	deadSrc    string
-	deadScript = redis.NewScript(deadSrc)
-)
-
 // parse reads an entry of this consumer's stream. An entry whose voucher
 // belongs to another shard (not written by accept.lua, which queues in
 // the voucher's own shard) is malformed too: the scripts that settle it
 // would touch keys of two cluster slots, which Redis Cluster refuses
 // (CROSSSLOT) however often they are tried.
-func (p *Consumer) parse(m redis.XMessage) (order.Order, error) {
-	o, err := order.ParseEntry(m)
-	if err == nil && stock.ShardOf(o.VoucherID) != p.cfg.Shard {
-		return order.Order{}, fmt.Errorf("entry %s: voucher %d is of shard %d, not of this stream's %d", m.ID, o.VoucherID, stock.ShardOf(o.VoucherID), p.cfg.Shard)
+func (p *Consumer) parse(m redis.XMessage) (Entry, error) {
+	e, err := parseEntry(m)
+	if err == nil && stock.ShardOf(e.VoucherID) != p.cfg.Shard {
+		return Entry{}, fmt.Errorf("entry %s: voucher %d is of shard %d, not of this stream's %d", m.ID, e.VoucherID, stock.ShardOf(e.VoucherID), p.cfg.Shard)
 	}
-	return o, err
-}
-
-// deadLetter moves an entry that cannot be written to the dead letters,
-// with its error, acknowledges it so the rest flows on, marks its order
-// failed, and settles its unit and buyer (see dead.lua).
-func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error) {
-	fields := []any{"stream_id", m.ID, "error", cause.Error()}
-	for k, v := range m.Values {
-		fields = append(fields, k, v)
-	}
-	unit, buyer := "back", "forget"
-	switch {
-	case errors.Is(cause, order.ErrSoldOut):
-		unit = "drop" // MySQL has no unit for it: Redis counted one too many
-	case errors.Is(cause, order.ErrAlreadyOrdered):
-		buyer = "keep" // the user holds another order
-	}
-	keys := []string{p.stream, p.dead, p.pending}
-	orderID, _ := m.Values["id"].(string)
-	user, _ := m.Values["user"].(string)
-	if o, err := p.parse(m); err == nil {
-		k := stock.KeysOf(o.VoucherID)
-		keys = append(keys, k.Stock, k.Buyers, order.AcceptedKey(o.VoucherID), order.QueuedKey(o.VoucherID))
-	} else {
-		user = "" // malformed: no voucher's keys to settle
-	}
-	args := append([]any{order.GroupName, m.ID, orderID, user, unit, buyer}, fields...)
-	n, err := deadScript.Run(ctx, p.rdb, keys, args...).Int()
-	if err != nil {
-		p.log.Warn("dead-letter entry; it stays pending and is tried again", "id", m.ID, "err", err)
-		return
-	}
-	if n == 1 {
-		p.log.Error("entry sent to the dead letters", "id", m.ID, "values", m.Values, "err", cause)
-	}
-}
-
-// deadLetterAge is how long a dead letter is kept: long enough for an
-// admin to see and replay it; it was settled when it was made, so dropping
-// it later loses nothing but the record.
-const deadLetterAge = 30 * 24 * time.Hour
-
-// trimDead drops dead letters older than deadLetterAge, and the "failed"
-// markers of their orders.
-func (p *Consumer) trimDead(ctx context.Context) {
-	cutoff := strconv.FormatInt(time.Now().Add(-deadLetterAge).UnixMilli(), 10)
-	old, err := p.rdb.XRangeN(ctx, p.dead, "-", "("+cutoff, 1000).Result()
-	if err != nil || len(old) == 0 {
-		return
-	}
-	pipe := p.rdb.Pipeline()
-	for _, m := range old {
-		if id, _ := m.Values["id"].(string); id != "" {
-			pipe.HDel(ctx, p.pending, id)
-		}
-		pipe.XDel(ctx, p.dead, m.ID)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		p.log.Warn("trim old dead letters", "err", err)
-	}
+	return e, err
 }

@@ -1,7 +1,8 @@
-package order
+package queue
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -25,7 +26,7 @@ import (
 // is answered 503 unavailable, which is how the target tells "taken" from
 // "refused" without a server. Run it with
 //
-//	go test -run '^$' -fuzz '^FuzzReplayInput$' -fuzztime 30s ./internal/order
+//	go test -run '^$' -fuzz '^FuzzReplayInput$' -fuzztime 30s ./internal/order/queue
 //
 // It asserts: never a panic, never another 5xx; a body is taken exactly
 // when it is one JSON object of ReplayInput's shape that gives either
@@ -71,12 +72,11 @@ func FuzzReplayInput(f *testing.F) {
 	gin.SetMode(gin.TestMode)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Replay needs nothing but Redis before it has checked its input.
-	svc := &Service{rdb: testenv.DownRedis(f), log: log}
-	svc.mode = asyncMode{svc} // replay is async mode's
-	h := NewHandler(svc, log)
+	restock := func(context.Context, int64) error { return nil } // replay is async mode's
+	h := NewHandler(New(testenv.DownRedis(f)), restock, log)
 	r := gin.New()
 	r.Use(web.Recover(log), web.LimitBody())
-	r.POST("/admin/dead-letters/replay", h.replay)
+	r.POST("/admin/dead-letters/replay", h.Replay)
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()

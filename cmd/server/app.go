@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"seckill/internal/auth"
+	"seckill/internal/idworker"
+	"seckill/internal/live"
+	"seckill/internal/lock"
+	"seckill/internal/metrics"
+	"seckill/internal/order"
+	"seckill/internal/order/queue"
+	"seckill/internal/stock"
+	"seckill/internal/voucher"
+)
+
+// app is the wired service: every feature built with what it needs, and
+// the router that serves them (routes.go).
+type app struct {
+	router    *gin.Engine
+	tokens    *auth.Tokens
+	auth      *auth.Service
+	vouchers  *voucher.Service
+	orders    *order.Service
+	queue     *queue.Queue
+	consumers []*queue.Consumer // async mode only: one per shard
+	metrics   *metrics.Metrics
+	live      *live.Recorder // counts the buy button's answers for /live
+	liveSrc   *live.Source   // reads a sale's figures for /live
+	crowd     *live.Crowd    // nil unless LIVE_CROWD
+	liveDone  context.Context
+	stopLive  func() // ends the /live event streams, at shutdown
+}
+
+// newApp builds the features on the stores, then the router.
+func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
+	now := time.Now
+	native := lock.NewRedis(st.rdb)
+	var locks lock.Locker = native
+	switch cfg.LockBackend {
+	case "redlock":
+		locks = lock.NewRedLock(st.redlock)
+	case "local":
+		log.Warn("LOCK_BACKEND=local: the per-user lock only excludes requests within this process; it does NOT protect several instances")
+		locks = lock.NewLocal()
+	}
+	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now), queue: queue.New(st.rdb)}
+	stocks := stock.NewStore(st.rdb, cfg.StockHold)
+	ids := idworker.New(st.rdb, now, order.IDFloor(st.db, a.queue))
+
+	// No SMS gateway ships with the project. A real one plugs in here, as
+	// an auth.Sender; until then LogSender logs that a code was sent,
+	// never the code: a log is read by many and kept for long. Only the
+	// demo and AUTH_DEV_CODES=true, which answer the code anyway, log it.
+	var sender auth.Sender = auth.NewLogSender(log)
+	if cfg.embedded() || cfg.DevCodes {
+		sender = auth.NewDevSender(log)
+	}
+	a.auth = auth.NewService(st.db, st.rdb, a.tokens, cfg.AdminPhones, sender, cfg.AuthLimits)
+	a.vouchers = voucher.NewService(st.db, stocks, native, now, log)
+	if cfg.Mode == "async" {
+		a.vouchers.LimitBuckets(1)
+	}
+	// One registry per app, never Prometheus' global one: the tests run
+	// several servers in one process.
+	a.metrics = metrics.New(log)
+	sqlDB, err := st.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	a.metrics.WatchDB(sqlDB)
+	a.metrics.WatchRedis(st.rdb)
+	ocfg := order.DefaultConfig
+	ocfg.WriteTimeout = cfg.WriteTimeout()
+	ocfg.Async = cfg.Mode == "async"
+	ocfg.Observer = a.metrics
+	a.orders = order.NewService(st.db, a.queue, a.vouchers, stocks, locks, ids, now, log, ocfg)
+
+	a.live = live.NewRecorder(st.rdb, log)
+	var queueStats func(context.Context) (queue.Stats, error)
+	if ocfg.Async {
+		queueStats = a.queue.Stats
+		a.metrics.WatchQueue(a.queue.Stats)
+		qcfg := queue.DefaultConfig
+		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
+		qcfg.OnBatch = a.metrics.ConsumerBatch
+		a.consumers = queue.NewConsumers(st.rdb, order.QueueWriter(st.db), now, qcfg, log)
+	}
+	a.liveSrc = live.NewSource(st.db, st.rdb, a.vouchers, stocks, queueStats, now)
+	if cfg.LiveCrowd {
+		a.crowd = live.NewCrowd(a.auth.TokenFor, log)
+	}
+	a.liveDone, a.stopLive = context.WithCancel(context.Background())
+
+	if a.router, err = a.routes(cfg, st, log); err != nil {
+		return nil, err
+	}
+	if a.crowd != nil {
+		a.crowd.SetTarget(a.router) // the crowd presses the buy button through the router itself
+	}
+	return a, nil
+}
+
+// stopCrowd stops the simulated crowd, if any, and waits for its last
+// presses. It must come before the server's Shutdown: the crowd's presses
+// go to the router directly, not through the server, so Shutdown would
+// neither refuse nor wait for them, and the crowd would go on buying
+// through the drain.
+func (a *app) stopCrowd() {
+	if a.crowd != nil {
+		a.crowd.Close()
+	}
+}
+
+// seedDemo creates a voucher on sale for a day, so the demo has something
+// to buy at once.
+func (a *app) seedDemo(ctx context.Context, log *slog.Logger) {
+	title, stockN := "Demo voucher", int64(100)
+	begin, end := time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour)
+	v, err := a.vouchers.Create(ctx, 0, "", voucher.CreateInput{Title: &title, Stock: &stockN, BeginTime: &begin, EndTime: &end})
+	if err != nil {
+		log.Warn("seed demo voucher", "err", err)
+		return
+	}
+	log.Info("demo voucher on sale", "id", v.ID, "stock", v.Stock, "admin_phone", "13800000000")
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/glebarez/sqlite"
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"seckill/internal/autopipe"
+	"seckill/internal/stock"
+	"seckill/internal/tracing"
+	"seckill/migrations"
+)
+
+// Opening the stores: MySQL and Redis (or the embedded demo's SQLite and
+// miniredis), the RedLock nodes, tracing around them; waiting for them to
+// answer; migrating.
+
+// stores are the connections to MySQL and Redis.
+type stores struct {
+	db      *gorm.DB
+	rdb     redis.UniversalClient
+	redlock []redis.UniversalClient
+	tracer  *tracing.Tracer // nil: tracing off
+	closers []func()
+}
+
+func (s *stores) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// openStores connects to MySQL and Redis (or starts the embedded ones),
+// waiting up to StartupWait for them to come up, then migrates.
+func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, error) {
+	st := &stores{}
+	gcfg := &gorm.Config{
+		TranslateError:         true, // unique violations become gorm.ErrDuplicatedKey
+		SkipDefaultTransaction: true, // single statements need no transaction of their own
+		Logger:                 logger.Discard,
+	}
+	dialect := migrations.MySQL
+	if cfg.embedded() {
+		log.Warn("EMBEDDED DEMO MODE: in-process Redis and in-memory SQLite; single instance only, nothing is kept. Set MYSQL_DSN and REDIS_ADDR for the real stack.")
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		st.closers = append(st.closers, mr.Close)
+		st.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1}) // as the real one's: see newRedis
+		// A name of its own: two demos in one process must not share it.
+		name := fmt.Sprintf("seckill-demo-%d-%d", os.Getpid(), time.Now().UnixNano())
+		db, err := gorm.Open(sqlite.Open("file:"+name+"?mode=memory&cache=shared&_pragma=busy_timeout(5000)"), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open embedded sqlite: %w", err)
+		}
+		st.db = db
+		dialect = migrations.SQLite
+	} else {
+		tracer, err := tracing.New(cfg.Tracing)
+		if err != nil {
+			return nil, err
+		}
+		st.tracer = tracer
+		// Closed last (closers run backwards): the spans of the last
+		// requests are sent before the process ends.
+		st.closers = append(st.closers, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(ctx); err != nil {
+				log.Warn("send the last spans", "err", err)
+			}
+		})
+		st.rdb = newRedis(cfg)
+		if err := tracer.Redis(st.rdb); err != nil {
+			return nil, err
+		}
+		dialector := mysql.Open(cfg.MySQLDSN)
+		if tracer != nil {
+			pool, err := tracer.OpenMySQL(cfg.MySQLDSN)
+			if err != nil {
+				return nil, fmt.Errorf("open mysql: %w", err)
+			}
+			dialector = mysql.New(mysql.Config{Conn: pool})
+		}
+		db, err := gorm.Open(dialector, gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open mysql: %w", err)
+		}
+		st.db = db
+	}
+	st.closers = append(st.closers, func() { st.rdb.Close() })
+	// Concurrent requests' commands share round trips (package autopipe);
+	// added after the tracing hooks, which then still see each command.
+	// Not on a Cluster, whose pipelines may send a command twice.
+	if c, ok := st.rdb.(*redis.Client); ok && cfg.RedisPipelines > 0 {
+		p, err := autopipe.Attach(c, cfg.RedisPipelines, autopipeBatch)
+		if err != nil {
+			return nil, err
+		}
+		st.closers = append(st.closers, p.Close) // before the client's Close
+	}
+	sqlDB, err := st.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, func() { sqlDB.Close() })
+	if cfg.embedded() {
+		// One connection: an in-memory SQLite lives as long as a
+		// connection to it, and SQLite has one writer anyway.
+		sqlDB.SetMaxOpenConns(1)
+	} else {
+		sqlDB.SetMaxOpenConns(cfg.MySQLMaxConns)
+		sqlDB.SetMaxIdleConns(cfg.MySQLMaxConns)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	for _, addr := range cfg.RedLockAddrs {
+		// As NewRedLock asks: ctx deadlines honoured, so a stalled
+		// node costs an attempt its share of the ttl, not ReadTimeout.
+		c := redis.NewClient(&redis.Options{
+			Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+		})
+		st.redlock = append(st.redlock, c)
+		st.closers = append(st.closers, func() { c.Close() })
+	}
+
+	if err := waitUp(ctx, cfg.StartupWait, log, st); err != nil {
+		st.close()
+		return nil, err
+	}
+	if err := migrate(ctx, cfg, sqlDB, dialect); err != nil {
+		st.close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// newRedis makes the client of the Redis cfg names: one node, or the
+// master that Sentinel watches (go-redis asks the sentinels where it is,
+// and follows it when they fail it over).
+func newRedis(cfg config) redis.UniversalClient {
+	var tlsConfig *tls.Config
+	if cfg.Redis.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: cfg.Redis.RootCAs}
+	}
+	opt := &redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, MasterName: cfg.Redis.MasterName, DB: cfg.RedisDB,
+		Username: cfg.Redis.Username, Password: cfg.Redis.Password,
+		SentinelPassword: cfg.Redis.SentinelPassword,
+		TLSConfig:        tlsConfig,
+		PoolSize:         cfg.RedisPoolSize + blockingReaders(cfg),
+		// Fail fast when Redis is down: a request answers 503 in about
+		// a second instead of piling up behind redials. And never
+		// retry: the stock scripts are not idempotent, and a retry
+		// after a lost reply would answer "already ordered" to the
+		// user whose unit the first run took.
+		DialTimeout: time.Second, MaxRetries: -1,
+	}
+	switch {
+	case cfg.Redis.MasterName != "":
+		return redis.NewFailoverClient(opt.Failover())
+	case cfg.Redis.Cluster:
+		return newClusterClient(opt)
+	}
+	return redis.NewClient(opt.Simple())
+}
+
+// autopipeBatch is the most commands a sender of package autopipe sends
+// in one round trip: about what a full pool of requests has waiting at
+// once.
+const autopipeBatch = 128
+
+// blockingReaders is the connections async mode's consumers hold besides
+// REDIS_POOL_SIZE: each shard's consumer waits in XREADGROUP ... BLOCK on a
+// connection of its own, and without these sixteen the requests would
+// share what is left of the pool.
+func blockingReaders(cfg config) int {
+	if cfg.Mode == "async" {
+		return stock.Shards
+	}
+	return 0
+}
+
+// migrate applies the migrations. On MySQL it uses connections of its own
+// without the read and write timeouts of the service's pool: those are
+// sized for orders (a third of the hold), and an ALTER TABLE on a big
+// table may rightly take minutes. Killed by the driver halfway, it would
+// run on in the server while its version was never recorded.
+func migrate(ctx context.Context, cfg config, pool *sql.DB, dialect string) error {
+	if cfg.embedded() {
+		return migrations.Apply(ctx, pool, dialect)
+	}
+	mcfg, err := gomysql.ParseDSN(cfg.MySQLDSN)
+	if err != nil {
+		return err
+	}
+	mcfg.ReadTimeout, mcfg.WriteTimeout = 0, 0
+	db, err := sql.Open("mysql", mcfg.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("open mysql for migrations: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2)
+	return migrations.Apply(ctx, db, dialect)
+}
+
+// waitUp pings MySQL and Redis until both answer: under docker compose the
+// server may start before they accept connections.
+func waitUp(ctx context.Context, limit time.Duration, log *slog.Logger, st *stores) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := st.ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("MySQL or Redis did not answer within %s: %w", limit, err)
+		}
+		log.Info("waiting for MySQL and Redis", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (st *stores) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	sqlDB, err := st.db.DB()
+	if err != nil {
+		return err
+	}
+	return errors.Join(sqlDB.PingContext(ctx), st.rdb.Ping(ctx).Err())
+}

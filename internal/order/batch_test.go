@@ -1,0 +1,43 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"seckill/internal/testenv"
+)
+
+// Two orders with one ID in one batch (Redis lost the day's sequence and
+// gave an ID out twice) are a collision, as they would be one INSERT at a
+// time: not one row and two answers of 200. The same order twice (an entry
+// delivered twice) is one row.
+func TestWriteBatchTellsCollisionFromRedelivery(t *testing.T) {
+	db := testenv.Open(t, testenv.MySQLDSN(t))
+	ctx := context.Background()
+	vid := testenv.ID() % 1_000_000_000
+	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	a := Order{ID: 1001, UserID: 1, VoucherID: vid, Status: StatusCreated, CreatedAt: at}
+	b := Order{ID: 1001, UserID: 2, VoucherID: vid, Status: StatusCreated, CreatedAt: at}
+
+	outcome, err := transact(ctx, db, func(tx *gorm.DB) error { return writeBatch(tx, []Order{a, b}) })
+	if outcome != NotWritten || !errors.Is(err, errIDCollision) {
+		t.Fatalf("one ID for two orders: %v, %v; want not written, an ID collision", outcome, err)
+	}
+	outcome, err = transact(ctx, db, func(tx *gorm.DB) error { return writeBatch(tx, []Order{a, a}) })
+	if outcome != Written || err != nil {
+		t.Fatalf("one order twice: %v, %v; want written", outcome, err)
+	}
+	var rows, stock int64
+	db.Raw("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows)
+	db.Raw("SELECT stock FROM vouchers WHERE id = ?", vid).Scan(&stock)
+	if rows != 1 || stock != 9 {
+		t.Fatalf("%d rows, stock %d; want 1 and 9", rows, stock)
+	}
+}

@@ -1,0 +1,60 @@
+package order
+
+import (
+	"context"
+	"errors"
+
+	"gorm.io/gorm"
+
+	"seckill/internal/order/queue"
+)
+
+// QueueWriter returns the queue.Writer of async mode's consumers: it
+// writes the orders they read from the stream to db, each batch in one
+// transaction (writeBatch), and says what became of them.
+func QueueWriter(db *gorm.DB) queue.Writer { return queueWriter{db} }
+
+type queueWriter struct{ db *gorm.DB }
+
+// Write writes entries as order rows, skipping those written before.
+func (w queueWriter) Write(ctx context.Context, entries []queue.Entry) (queue.Verdict, error) {
+	orders := make([]Order, len(entries))
+	for i, e := range entries {
+		orders[i] = Order{ID: e.OrderID, UserID: e.UserID, VoucherID: e.VoucherID, Status: StatusCreated, CreatedAt: e.At}
+	}
+	write := func(tx *gorm.DB) error { return writeBatch(tx, orders) }
+	outcome, err := transact(ctx, w.db, write)
+	if errors.Is(err, errWrittenMeanwhile) {
+		// Another consumer wrote it while we tried: this time we find it.
+		outcome, err = transact(ctx, w.db, write)
+	}
+	return verdict(outcome, err), err
+}
+
+// verdict is what a write that ended in outcome and err tells the queue.
+func verdict(outcome Outcome, err error) queue.Verdict {
+	switch {
+	case outcome == Written:
+		return queue.Written
+	case outcome == Unknown:
+		return queue.Later // the next attempt finds the rows if it committed
+	case errors.Is(err, ErrSoldOut):
+		return queue.NoStock
+	case errors.Is(err, ErrAlreadyOrdered):
+		return queue.HasOrder
+	case errors.Is(err, errIDCollision):
+		return queue.IDTaken
+	case permanent(err):
+		return queue.Refused
+	}
+	return queue.Later
+}
+
+// Probe writes nothing, in a transaction: a read-only MySQL answers pings
+// and reads, and only a write tells that it takes writes again.
+func (w queueWriter) Probe(ctx context.Context) error {
+	_, err := transact(ctx, w.db, func(tx *gorm.DB) error {
+		return tx.Exec("UPDATE vouchers SET stock = stock WHERE id = 0").Error
+	})
+	return err
+}

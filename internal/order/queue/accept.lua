@@ -1,0 +1,55 @@
+-- Queue an order in one atomic step: take a unit of the voucher, remember
+-- the buyer, append the order to the stream and mark it pending. A new
+-- order (Accept) and a dead letter put back in the queue (Replay) go
+-- through this one script: a replay is a new acceptance under the old
+-- order ID, because the dead letter's settlement gave its unit back and
+-- forgot its buyer.
+--
+-- KEYS[1] stock    KEYS[2] buyers   (package stock's keys of the voucher)
+-- KEYS[3] the orders stream         KEYS[4] the pending-orders hash
+-- KEYS[5] the voucher's accepted orders: user -> order ID
+-- KEYS[6] the voucher's count of orders in the stream not yet written
+-- KEYS[7] a new order: its request's void mark (see lost.lua);
+--         a replay: the dead letters
+-- ARGV[1] user ID   ARGV[2] voucher ID   ARGV[3] time accepted, in ms
+-- ARGV[4] the order's ID (a decimal string: Lua numbers cannot hold 63 bits)
+-- ARGV[5] a replay only: the dead letter's entry ID
+--
+-- Returns 0 queued, 1 sold out, 2 already bought (the user holds an
+-- order), 3 stock key missing (reload it, then try again), 4 a new
+-- order's request was declared lost before it ran (its caller was already
+-- answered), 5 no such dead letter (replayed already). Only 0 changes
+-- anything.
+--
+-- Taking the unit, remembering the user and appending the order in one
+-- script means there is no moment at which one has happened without the
+-- others: an accepted order cannot be lost between Redis keys.
+local replay = ARGV[5]
+if replay then
+  if #redis.call('XRANGE', KEYS[7], replay, replay) == 0 then
+    return 5
+  end
+elseif redis.call('EXISTS', KEYS[7]) == 1 then
+  return 4
+end
+local stock = redis.call('GET', KEYS[1])
+if not stock then
+  return 3
+end
+if tonumber(stock) <= 0 then
+  return 1
+end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
+local id = ARGV[4]
+redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'id', id, 'user', ARGV[1], 'voucher', ARGV[2], 'at', ARGV[3])
+redis.call('HSET', KEYS[4], id, ARGV[1] .. ':' .. ARGV[2] .. ':' .. ARGV[3] .. ':pending')
+redis.call('HSET', KEYS[5], ARGV[1], id)
+redis.call('INCR', KEYS[6])
+if replay then
+  redis.call('XDEL', KEYS[7], replay)
+end
+return 0

@@ -1,0 +1,304 @@
+package queue
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/apperr"
+	"seckill/internal/stock"
+)
+
+// Dead letters are not a grave. An accepted order lands there only when
+// MySQL refuses the order itself (sold out by MySQL's count, the user
+// already holds another order, a value it cannot store), never because
+// MySQL was away. Sending it there settles what its acceptance took in
+// Redis (dead.lua): the unit goes back, unless MySQL said none was left,
+// and the buyer may buy again, unless they hold another order. So
+// stock + orders = initial holds once the queue is empty, and nobody is
+// locked out by an order that does not exist.
+//
+// An admin lists them (GET /admin/dead-letters) and replays one or all
+// (POST /admin/dead-letters/replay): the order goes back into the queue
+// with its ID, taking a unit again (accept.lua), and then lands or comes
+// back here with its reason.
+
+var (
+	//go:embed dead.lua
+	deadSrc    string
+	deadScript = redis.NewScript(deadSrc)
+)
+
+// DeadLetter is an accepted order MySQL would not take, as admins see it.
+type DeadLetter struct {
+	ID        string `json:"id"` // the dead letter's own ID, for replay: "3:1700000000000-0"
+	OrderID   string `json:"order_id"`
+	UserID    string `json:"user_id"`
+	VoucherID string `json:"voucher_id"`
+	Error     string `json:"error"`
+}
+
+// deadLetter is a dead letter as read: its shard and its entry there.
+type deadLetter struct {
+	shard int
+	redis.XMessage
+}
+
+func (d deadLetter) public() DeadLetter {
+	return DeadLetter{ID: d.id(), OrderID: field(d.XMessage, fieldOrder), UserID: field(d.XMessage, fieldUser),
+		VoucherID: field(d.XMessage, fieldVoucher), Error: field(d.XMessage, fieldError)}
+}
+
+// A dead letter holds its entry's fields and these.
+const (
+	fieldError  = "error"     // why MySQL refused it
+	fieldStream = "stream_id" // its entry's ID in the stream
+)
+
+// id names a dead letter: its shard's dead letters hold it under a stream
+// entry ID, unique only within the shard, so the shard comes first:
+// "3:1700000000000-0".
+func (d deadLetter) id() string { return strconv.Itoa(d.shard) + ":" + d.ID }
+
+var deadLetterIDPattern = regexp.MustCompile(`^(0|[1-9][0-9]?):([0-9]{1,20}-[0-9]{1,20})$`)
+
+// parseDeadLetterID undoes id.
+func parseDeadLetterID(id string) (shard int, entry string, ok bool) {
+	m := deadLetterIDPattern.FindStringSubmatch(id)
+	if m == nil {
+		return 0, "", false
+	}
+	shard, _ = strconv.Atoi(m[1])
+	return shard, m[2], shard < stock.Shards
+}
+
+// compare orders dead letters by their entries' time (then sequence, then
+// shard): oldest first.
+func (d deadLetter) compare(e deadLetter) int {
+	key := func(x deadLetter) []uint64 {
+		ms, seq, _ := strings.Cut(x.ID, "-")
+		m, _ := strconv.ParseUint(ms, 10, 64)
+		q, _ := strconv.ParseUint(seq, 10, 64)
+		return []uint64{m, q, uint64(x.shard)}
+	}
+	return slices.Compare(key(d), key(e))
+}
+
+// MaxDeadLetters is the most dead letters listed or replayed in one call.
+const MaxDeadLetters = 1000
+
+// oldestDead reads up to limit dead letters of every shard, oldest first.
+func (q *Queue) oldestDead(ctx context.Context, limit int) ([]deadLetter, error) {
+	var all []deadLetter
+	for k := range stock.Shards {
+		msgs, err := q.rdb.XRangeN(ctx, deadKey(k), "-", "+", int64(limit)).Result()
+		if err != nil {
+			return nil, apperr.Down(fmt.Errorf("list dead letters: %w", err))
+		}
+		for _, m := range msgs {
+			all = append(all, deadLetter{k, m})
+		}
+	}
+	slices.SortFunc(all, deadLetter.compare)
+	return all[:min(len(all), limit)], nil
+}
+
+// DeadLetters lists up to limit dead letters, oldest first.
+func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	dead, err := q.oldestDead(ctx, min(max(limit, 1), MaxDeadLetters))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetter, 0, len(dead))
+	for _, d := range dead {
+		out = append(out, d.public())
+	}
+	return out, nil
+}
+
+// Replayed is what a replay did with one dead letter.
+type Replayed struct {
+	ID      string `json:"id"`
+	OrderID string `json:"order_id"`
+	// Result is "requeued" (the order waits in the queue again: it lands,
+	// or comes back with its reason), "sold_out", "already_ordered" (it
+	// stays a dead letter: no unit left, or the user holds an order), or
+	// "malformed" (no order can be made of it) or "not_found".
+	Result string `json:"result"`
+}
+
+// ReplayInput names the dead letters to replay: IDs, or all.
+type ReplayInput struct {
+	IDs []string `json:"ids"`
+	All bool     `json:"all"`
+}
+
+// Restocker puts back a voucher's stock keys from MySQL after Redis lost
+// them (package order's reload), so that a replayed order can take its
+// unit again.
+type Restocker func(ctx context.Context, voucherID int64) error
+
+// Replay puts the dead letters named by in back in the queue (with all,
+// the oldest MaxDeadLetters).
+func (q *Queue) Replay(ctx context.Context, in ReplayInput, restock Restocker) ([]Replayed, error) {
+	if in.All == (len(in.IDs) > 0) {
+		return nil, apperr.Invalid(`give either "ids" (dead letter IDs) or "all": true`)
+	}
+	if len(in.IDs) > MaxDeadLetters {
+		return nil, apperr.Invalid(fmt.Sprintf("at most %d ids at once", MaxDeadLetters))
+	}
+	for _, id := range in.IDs {
+		if _, _, ok := parseDeadLetterID(id); !ok {
+			return nil, apperr.Invalid(fmt.Sprintf("%q is not a dead letter ID (such as 3:1700000000000-0, as GET /admin/dead-letters lists them)", id))
+		}
+	}
+	// A replayed order goes back on the stream, and in sync mode no
+	// consumer reads it: the unit would stay taken and the order pending
+	// for good. Dead letters are async mode's; sync mode can only show them.
+	if restock == nil {
+		return nil, apperr.Invalid("replay needs SECKILL_MODE=async: in sync mode nothing writes the orders it would queue")
+	}
+	var dead []deadLetter
+	if in.All {
+		var err error
+		if dead, err = q.oldestDead(ctx, MaxDeadLetters); err != nil {
+			return nil, err
+		}
+	}
+	out := []Replayed{}
+	for _, id := range in.IDs {
+		shard, entry, _ := parseDeadLetterID(id)
+		found, err := q.rdb.XRangeN(ctx, deadKey(shard), entry, entry, 1).Result()
+		if err != nil {
+			return nil, apperr.Down(fmt.Errorf("read dead letter %s: %w", id, err))
+		}
+		if len(found) == 0 {
+			out = append(out, Replayed{ID: id, Result: "not_found"})
+			continue
+		}
+		dead = append(dead, deadLetter{shard, found[0]})
+	}
+	for _, d := range dead {
+		r, err := q.replay(ctx, d, restock)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// replayed names what a replay's run of accept.lua decided, for the
+// admin.
+func replayed(res Result) string {
+	switch res {
+	case Queued:
+		return "requeued"
+	case SoldOut:
+		return "sold_out"
+	case AlreadyBought:
+		return "already_ordered"
+	case noDeadLetter:
+		return "not_found" // replayed already
+	}
+	return fmt.Sprintf("unknown answer %d", res)
+}
+
+// maxRestocks is how often a replay reloads a voucher's stock keys it
+// finds missing: more than that, and Redis is losing them faster than
+// they are put back.
+const maxRestocks = 2
+
+func (q *Queue) replay(ctx context.Context, d deadLetter, restock Restocker) (Replayed, error) {
+	r := Replayed{ID: d.id(), OrderID: field(d.XMessage, fieldOrder)}
+	e, err := parseEntry(d.XMessage)
+	if err != nil || stock.ShardOf(e.VoucherID) != d.shard {
+		r.Result = "malformed"
+		return r, nil
+	}
+	for attempt := 0; ; attempt++ {
+		code, err := acceptScript.Run(ctx, q.rdb, e.keys(deadKey(d.shard)), append(e.args(), d.ID)...).Int()
+		if err != nil {
+			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", r.ID, err))
+		}
+		if res := Result(code); res != StockMissing {
+			r.Result = replayed(res)
+			return r, nil
+		}
+		if attempt == maxRestocks {
+			return r, apperr.Down(fmt.Errorf("keys of voucher %d still missing after restoring them", e.VoucherID))
+		}
+		if err := restock(ctx, e.VoucherID); err != nil {
+			return r, err
+		}
+	}
+}
+
+// deadLetter moves an entry that cannot be written to the dead letters,
+// with its error, acknowledges it so the rest flows on, marks its order
+// failed, and settles its unit and buyer (see dead.lua): the unit goes
+// back unless dropUnit (MySQL has no unit for it: Redis counted one too
+// many), and the buyer is forgotten unless keepBuyer (they hold another
+// order).
+func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error, dropUnit, keepBuyer bool) {
+	fields := []any{fieldStream, m.ID, fieldError, cause.Error()}
+	for k, v := range m.Values {
+		fields = append(fields, k, v)
+	}
+	unit, buyer := "back", "forget"
+	if dropUnit {
+		unit = "drop"
+	}
+	if keepBuyer {
+		buyer = "keep"
+	}
+	keys := []string{p.stream, p.dead, p.pending}
+	user := field(m, fieldUser)
+	if e, err := p.parse(m); err == nil {
+		k := stock.KeysOf(e.VoucherID)
+		keys = append(keys, k.Stock, k.Buyers, acceptedKey(e.VoucherID), queuedKey(e.VoucherID))
+	} else {
+		user = "" // malformed: no voucher's keys to settle
+	}
+	args := append([]any{GroupName, m.ID, field(m, fieldOrder), user, unit, buyer}, fields...)
+	n, err := deadScript.Run(ctx, p.rdb, keys, args...).Int()
+	if err != nil {
+		p.log.Warn("dead-letter entry; it stays pending and is tried again", "id", m.ID, "err", err)
+		return
+	}
+	if n == 1 {
+		p.log.Error("entry sent to the dead letters", "id", m.ID, "values", m.Values, "err", cause)
+	}
+}
+
+// deadLetterAge is how long a dead letter is kept: long enough for an
+// admin to see and replay it; it was settled when it was made, so dropping
+// it later loses nothing but the record.
+const deadLetterAge = 30 * 24 * time.Hour
+
+// trimDead drops dead letters older than deadLetterAge, and the "failed"
+// markers of their orders.
+func (p *Consumer) trimDead(ctx context.Context) {
+	cutoff := strconv.FormatInt(time.Now().Add(-deadLetterAge).UnixMilli(), 10)
+	old, err := p.rdb.XRangeN(ctx, p.dead, "-", "("+cutoff, 1000).Result()
+	if err != nil || len(old) == 0 {
+		return
+	}
+	pipe := p.rdb.Pipeline()
+	for _, m := range old {
+		if id := field(m, fieldOrder); id != "" {
+			pipe.HDel(ctx, p.pending, id)
+		}
+		pipe.XDel(ctx, p.dead, m.ID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		p.log.Warn("trim old dead letters", "err", err)
+	}
+}

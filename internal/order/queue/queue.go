@@ -1,0 +1,160 @@
+// Package queue is async mode's orders queue, end to end: the Redis Stream
+// in which an accepted order waits until it is a row in MySQL.
+//
+//   - accept.go: one script takes a unit of the voucher (package stock's
+//     keys), remembers the buyer and appends the order to the stream, in
+//     one step; when its answer is lost, Redis is asked whether it ran.
+//   - consumer.go: a consumer group writes the stream to MySQL in
+//     batches, through a Writer, acknowledging only what was committed,
+//     claiming what dead consumers held, and backing off while MySQL
+//     cannot write.
+//   - deadletters.go: the entries MySQL refused for good, settled at once
+//     and kept for an admin to list and replay.
+//   - orders.go: what the rest of the service asks of the queue: an order
+//     not yet written, a voucher's orders on their way, whether a voucher
+//     is quiet, every order ID in the streams.
+//   - stats.go and handler.go: the admin's view of it all.
+//
+// It knows nothing of MySQL. Package order sells, and hands the consumer
+// a Writer that writes a batch and says what became of it; the arrow runs
+// one way, from order to queue.
+//
+// There is a stream per shard of vouchers (stock.Shards), with the
+// shard's hash tag: a voucher's orders go to its shard's stream, in the
+// same Redis Cluster slot as the voucher's own keys, so that every script
+// here touches one slot.
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/stock"
+)
+
+// Queue is the orders queue in Redis: accepting, looking up, dead
+// letters, statistics. The consumers that empty it are Consumers. It is
+// safe for concurrent use.
+type Queue struct {
+	rdb redis.UniversalClient
+}
+
+// New returns the Queue kept in rdb.
+func New(rdb redis.UniversalClient) *Queue { return &Queue{rdb: rdb} }
+
+// GroupName is the consumer group of every stream.
+const GroupName = "persist"
+
+// The keys of the queue: one stream, one set of dead letters and one hash
+// of pending markers per shard, and per voucher the two keys the scripts
+// keep beside its stock. This is the only place that spells them.
+
+// StreamKey names shard k's stream of accepted orders, oldest first.
+func StreamKey(k int) string { return stock.ShardKey(k, "orders") }
+
+// deadKey names shard k's dead letters: entries that could not be written.
+func deadKey(k int) string { return stock.ShardKey(k, "orders:dead") }
+
+// pendingKey names shard k's hash of orders not yet written: order ID ->
+// user:voucher:ms:status (status pending, or failed once dead-lettered).
+func pendingKey(k int) string { return stock.ShardKey(k, "orders:pending") }
+
+// acceptedKey names the voucher's accepted orders: user -> order ID,
+// written in the same step as the order, read when its answer was lost.
+func acceptedKey(voucherID int64) string { return stock.KeyOf(voucherID, "accepted") }
+
+// queuedKey names the voucher's count of accepted orders not yet written
+// (accept.lua adds, ack.lua and dead.lua take off).
+func queuedKey(voucherID int64) string { return stock.KeyOf(voucherID, "queued") }
+
+// voidKey names the void mark of the request that tried to queue order
+// orderID (see lost.lua). An order ID whose answer was lost is never drawn
+// again, so the mark is that request's alone.
+func voidKey(voucherID, orderID int64) string {
+	return stock.KeyOf(voucherID, "void:"+strconv.FormatInt(orderID, 10))
+}
+
+// VoucherKeys are the queue's keys of one voucher, for whoever lets a
+// voucher's keys expire once its sale is over (the sweeper).
+func VoucherKeys(voucherID int64) []string {
+	return []string{acceptedKey(voucherID), queuedKey(voucherID)}
+}
+
+// An Entry is an accepted order, as the stream holds it.
+type Entry struct {
+	OrderID, UserID, VoucherID int64
+	At                         time.Time // when it was accepted, to the millisecond
+}
+
+// The fields of a stream entry, as accept.lua writes them.
+const (
+	fieldOrder   = "id"
+	fieldUser    = "user"
+	fieldVoucher = "voucher"
+	fieldAt      = "at"
+)
+
+// field reads one field of a stream entry ("" if it has none).
+func field(m redis.XMessage, name string) string {
+	s, _ := m.Values[name].(string)
+	return s
+}
+
+// parseEntry reads an order from a stream entry.
+func parseEntry(m redis.XMessage) (Entry, error) {
+	num := func(name string) (int64, error) {
+		s := field(m, name)
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("entry %s: field %s = %q is not a positive integer", m.ID, name, s)
+		}
+		return n, nil
+	}
+	id, err1 := num(fieldOrder)
+	user, err2 := num(fieldUser)
+	voucherID, err3 := num(fieldVoucher)
+	at, err4 := num(fieldAt)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return Entry{}, err
+	}
+	return Entry{OrderID: id, UserID: user, VoucherID: voucherID, At: time.UnixMilli(at).UTC()}, nil
+}
+
+// args are an entry's arguments to accept.lua after its keys.
+func (e Entry) args() []any {
+	return []any{e.UserID, e.VoucherID, e.At.UnixMilli(), e.OrderID}
+}
+
+// keys are accept.lua's keys for e, the last one given.
+func (e Entry) keys(last string) []string {
+	k := stock.KeysOf(e.VoucherID)
+	shard := stock.ShardOf(e.VoucherID)
+	return []string{k.Stock, k.Buyers, StreamKey(shard), pendingKey(shard), acceptedKey(e.VoucherID), queuedKey(e.VoucherID), last}
+}
+
+// A pending marker (pendingKey) says what became of an accepted order
+// until its row exists: pending, or failed once it was dead-lettered.
+const (
+	markPending = "pending"
+	markFailed  = "failed"
+)
+
+// parseMarker reads a pending marker: user:voucher:ms:status.
+func parseMarker(orderID int64, v string) (e Entry, status string, ok bool) {
+	f := strings.Split(v, ":")
+	if len(f) != 4 {
+		return Entry{}, "", false
+	}
+	u, err1 := strconv.ParseInt(f[0], 10, 64)
+	vid, err2 := strconv.ParseInt(f[1], 10, 64)
+	ms, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Entry{}, "", false
+	}
+	return Entry{OrderID: orderID, UserID: u, VoucherID: vid, At: time.UnixMilli(ms).UTC()}, f[3], true
+}

@@ -1,0 +1,69 @@
+package queue
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/stock"
+	"seckill/internal/testenv"
+)
+
+// Reconciliation (Redis' stock set to MySQL's) may run in async mode only
+// when the stream holds no unwritten order of the voucher. Its count of
+// queued orders says so; and after Redis restarted empty, accept.lua
+// recreates the stream before any consumer recreates its group, so a
+// stream without the group is never quiet.
+func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
+	rdb := testenv.Redis(t, 15)
+	ctx := context.Background()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q := New(rdb)
+	// Two vouchers of one shard: their orders share a stream.
+	const v, other = 7, 7 + stock.Shards
+	quiet := func(want bool, when string) {
+		t.Helper()
+		got, err := q.Quiet(ctx, v)
+		if err != nil || got != want {
+			t.Fatalf("%s: quiet = %v (%v), want %v", when, got, err, want)
+		}
+	}
+	quiet(true, "nothing ever queued")
+	rdb.Incr(ctx, queuedKey(v))
+	quiet(false, "one order of the voucher queued")
+	rdb.Decr(ctx, queuedKey(v))
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: StreamKey(stock.ShardOf(v)), Values: map[string]any{"id": "1", "voucher": other}})
+	rdb.Incr(ctx, queuedKey(other))
+	quiet(false, "entries in a stream without its group")
+	if err := rdb.XGroupCreate(ctx, StreamKey(stock.ShardOf(v)), GroupName, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	quiet(true, "only another voucher's order queued")
+}
+
+// A pipeline's Exec reports only its first error. When the first command
+// answers "no such key" (redis.Nil), a failure of a later one must still
+// count: quiet must not say yes because the stream could not be read, and
+// a pending order must not read as absent because one shard failed. Here
+// the failure is the real server's WRONGTYPE, on a stream key made a
+// string.
+func TestQueueReadsSeeEveryCommandsError(t *testing.T) {
+	rdb := testenv.Redis(t, 15)
+	ctx := context.Background()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q := New(rdb)
+	const v = 7
+	rdb.Set(ctx, StreamKey(stock.ShardOf(v)), "not a stream", 0)
+	if q, err := q.Quiet(ctx, v); err == nil {
+		t.Fatalf("quiet = %v with its stream unreadable; want an error", q)
+	}
+	rdb.Set(ctx, pendingKey(stock.Shards-1), "not a hash", 0)
+	if o, _, _, err := q.Find(ctx, 42); err == nil {
+		t.Fatalf("Find = %v with a shard unreadable; want an error", o)
+	}
+}
