@@ -4,6 +4,10 @@ import (
 	"strconv"
 )
 
+// This file names the buckets of a split voucher (MaxBuckets, BucketKeys,
+// Home) and shares units among them (share). It uses keys.go and shard.go
+// only.
+
 // A hot voucher may be split into buckets: its stock is divided among up to
 // MaxBuckets sets of keys, each in a slot of its own, so that on a Redis
 // Cluster its scripts spread over the masters instead of queueing on the
@@ -88,3 +92,13 @@ var bucketTags = func() [256]string {
 	}
 	return tags
 }()
+
+// share is bucket b's share of units split over n buckets: the remainder
+// goes one each to the first buckets.
+func share(units int64, n, b int) int64 {
+	s := units / int64(n)
+	if int64(b) < units%int64(n) {
+		s++
+	}
+	return s
+}

@@ -4,6 +4,9 @@ import (
 	"strconv"
 )
 
+// This file spreads vouchers over shards and names the shards' keys
+// (Shards, ShardOf, ShardKey, Slot). It uses no other file of the package.
+
 // Vouchers are spread over a fixed number of shards, and a voucher's keys
 // carry its shard's hash tag. On one Redis that changes nothing. On a
 // Redis Cluster, where a Lua script may only touch keys of one slot, it is

@@ -1,0 +1,188 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file closes holds and claims: Confirm once the order row is
+// committed, GiveBack or Drop when the request failed, Expired and Settle
+// for the sweeper. It uses buckets.go, keys.go and stock.go; never take.go.
+
+// Confirm closes h once its order row is committed, and makes sure the
+// user is remembered as a buyer (a reload from MySQL may have happened
+// while the order was being written). It reports whether the hold was
+// still open.
+func (s *Store) Confirm(ctx context.Context, h Hold) (bool, error) {
+	home, from := s.keys(h)
+	if h.From == h.Home {
+		removed, err := s.close(ctx, home.Holds, home.Buyers, h.User, true)
+		if err != nil {
+			return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
+		}
+		return removed, nil
+	}
+	// The unit came from another bucket: its hold there, and the claim at
+	// home, in two slots, so two scripts. Each on its own (package
+	// autopipe may still send them together): in a pipeline, a script the
+	// server does not know yet fails NOSCRIPT with no EVAL to fall back on.
+	removed, err := s.close(ctx, from.Holds, from.Buyers, h.User, false)
+	if err == nil {
+		_, err = s.close(ctx, home.Claims, home.Buyers, h.User, true)
+	}
+	if err != nil {
+		return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
+	}
+	return removed, nil
+}
+
+var (
+	//go:embed confirm.lua
+	closeSrc    string
+	closeScript = redis.NewScript(closeSrc)
+)
+
+// close runs confirm.lua: it closes user's entry in entries (holds or
+// claims) and, if remember, adds the user to buyers.
+func (s *Store) close(ctx context.Context, entries, buyers string, userID int64, remember bool) (bool, error) {
+	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, flag(remember)).Int()
+	return n == 1, err
+}
+
+func (s *Store) keys(h Hold) (home, from Keys) {
+	return BucketKeys(h.Voucher, h.Buckets, h.Home), BucketKeys(h.Voucher, h.Buckets, h.From)
+}
+
+// GiveBack returns the unit h took, after the request failed. forget says
+// whether to forget the user as a buyer: not when the failure was that the
+// user already holds an order. It reports whether a unit went back (false:
+// the hold was already gone).
+func (s *Store) GiveBack(ctx context.Context, h Hold, forget bool) (bool, error) {
+	if h.From == h.Home {
+		k := BucketKeys(h.Voucher, h.Buckets, h.Home)
+		return s.giveBack(ctx, k, k.Holds, h.User, forget, false, true)
+	}
+	back, err := s.giveBackUnit(ctx, h, false)
+	home := BucketKeys(h.Voucher, h.Buckets, h.Home)
+	if _, cerr := s.giveBack(ctx, home, home.Claims, h.User, forget, false, false); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	return back, err
+}
+
+// giveBackUnit returns the unit of a hold in a bucket other than the
+// user's home, leaving the claim at home alone.
+func (s *Store) giveBackUnit(ctx context.Context, h Hold, onlyExpired bool) (bool, error) {
+	k := BucketKeys(h.Voucher, h.Buckets, h.From)
+	return s.giveBack(ctx, k, k.Holds, h.User, false, onlyExpired, true)
+}
+
+var (
+	//go:embed giveback.lua
+	givebackSrc    string
+	givebackScript = redis.NewScript(givebackSrc)
+)
+
+// giveBack runs giveback.lua on entries (k's holds or claims).
+func (s *Store) giveBack(ctx context.Context, k Keys, entries string, userID int64, forget, onlyExpired, unit bool) (bool, error) {
+	n, err := givebackScript.Run(ctx, s.rdb, []string{k.Stock, k.Buyers, entries}, userID, flag(forget), flag(onlyExpired), flag(unit)).Int()
+	if err != nil {
+		return false, fmt.Errorf("give back on %s: %w", entries, err)
+	}
+	return n == 1, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// A Lapse is an expired hold or claim: a request that took a unit (or
+// claimed a buyer) and neither confirmed nor gave it back in time.
+type Lapse struct {
+	User   int64
+	Bucket int
+	Claim  bool // a claim in the user's home bucket, not a unit's hold
+}
+
+var (
+	//go:embed expired.lua
+	expiredSrc    string
+	expiredScript = redis.NewScript(expiredSrc)
+)
+
+// Expired lists up to limit expired holds and claims of each of
+// voucherID's n buckets.
+func (s *Store) Expired(ctx context.Context, voucherID int64, n, limit int) ([]Lapse, error) {
+	var out []Lapse
+	for b := range max(n, 1) {
+		k := BucketKeys(voucherID, n, b)
+		lists, err := expiredScript.Run(ctx, s.rdb, []string{k.Holds, k.Claims}, limit).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("list expired holds of voucher %d: %w", voucherID, err)
+		}
+		for i, list := range lists {
+			members, _ := list.([]any)
+			for _, m := range members {
+				str, _ := m.(string)
+				id, err := strconv.ParseInt(str, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("stock: malformed user ID %q in %s", str, k.Holds)
+				}
+				out = append(out, Lapse{User: id, Bucket: b, Claim: i == 1})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Settle closes an expired hold or claim of voucherID (of n buckets) once
+// the caller asked MySQL whether the user's order exists. ordered: the
+// process died after COMMIT; the entry is closed and the user stays a
+// buyer. Not ordered: the unit goes back on sale (for a hold) and the user
+// is forgotten as a buyer (in their home bucket), but only if the entry
+// is still expired by Redis' clock: a unit goes back at most once, however
+// many sweep. It reports whether a unit went back.
+func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, ordered bool) (bool, error) {
+	k := BucketKeys(voucherID, n, l.Bucket)
+	home := l.Bucket == Home(l.User, n)
+	entries := k.Holds
+	if l.Claim {
+		entries = k.Claims
+	}
+	if !ordered {
+		back, err := s.giveBack(ctx, k, entries, l.User, home, true, !l.Claim)
+		return back && !l.Claim, err
+	}
+	if _, err := s.close(ctx, entries, k.Buyers, l.User, home); err != nil {
+		return false, fmt.Errorf("close hold of user %d on voucher %d: %w", l.User, voucherID, err)
+	}
+	return false, nil
+}
+
+// Drop closes h without giving its unit back, and forgets the user as a
+// buyer: for when MySQL said sold out although Redis had counted a unit,
+// so Redis' count was too high.
+func (s *Store) Drop(ctx context.Context, h Hold) error {
+	home, from := s.keys(h)
+	pipe := s.rdb.Pipeline()
+	if h.From == h.Home {
+		pipe = s.rdb.TxPipeline()
+	}
+	pipe.ZRem(ctx, from.Holds, h.User)
+	if h.From != h.Home {
+		pipe.ZRem(ctx, home.Claims, h.User)
+	}
+	pipe.SRem(ctx, home.Buyers, h.User)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("drop hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
+	}
+	return nil
+}

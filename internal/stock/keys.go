@@ -1,0 +1,35 @@
+package stock
+
+import (
+	"strconv"
+)
+
+// This file names a voucher's keys (KeysOf, KeyOf), and the index of the
+// vouchers that have them. It uses shard.go only; buckets.go builds on it,
+// never the other way round.
+
+// Keys names one voucher's keys (or one bucket's: see buckets.go).
+type Keys struct {
+	Stock, Buyers, Holds string
+	// Claims: user -> deadline, buyers of a bucketed voucher whose unit
+	// came from another bucket than their home. Always empty with one
+	// bucket.
+	Claims string
+}
+
+// KeysOf builds the keys of voucher id, of a voucher in one bucket. This
+// and BucketKeys are the only places that spell them.
+func KeysOf(id int64) Keys {
+	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims")}
+}
+
+// KeyOf names another key of voucher id, in the same Redis Cluster slot as
+// its stock keys (its shard's), so that one script may touch them all.
+func KeyOf(id int64, name string) string {
+	return ShardKey(ShardOf(id), "v"+strconv.FormatInt(id, 10)+":"+name)
+}
+
+func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Holds, k.Claims} }
+
+// indexKey lists the vouchers that have stock keys, for the sweeper.
+const indexKey = "seckill:vouchers"

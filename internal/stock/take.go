@@ -1,0 +1,146 @@
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file takes a unit for a user (Take): from their home bucket, or,
+// when home is empty, from another bucket, then claims the user at home
+// (claim). It uses holds.go (a failed claim gives its unit back with
+// giveBackUnit), buckets.go, keys.go and stock.go. No other file uses it.
+
+var (
+	//go:embed take.lua
+	takeSrc    string
+	takeScript = redis.NewScript(takeSrc)
+
+	//go:embed unit.lua
+	unitSrc    string
+	unitScript = redis.NewScript(unitSrc)
+)
+
+// Take takes one unit of voucherID (of n buckets) for user if there is
+// stock and user has not taken one, and records a hold: in one round trip,
+// or, when the user's home bucket is empty, one more to look at every other
+// bucket at once, one per bucket with stock asked for a unit, and one to
+// claim the user at home.
+func (s *Store) Take(ctx context.Context, voucherID int64, n int, userID int64) (Hold, Result, error) {
+	n = max(n, 1)
+	h := Hold{Voucher: voucherID, User: userID, Buckets: n, Home: Home(userID, n)}
+	h.From = h.Home
+	res, err := s.run(ctx, takeScript, BucketKeys(voucherID, n, h.Home).all(), userID, s.hold.Milliseconds())
+	if n == 1 || err != nil || (res != SoldOut && res != SoldOutForNow) {
+		return h, res, err
+	}
+	// Home is empty. Look at the others in one pipeline (on a cluster, one
+	// round trip to each master, all at once), rather than asking bucket
+	// after bucket: near the end of a sale every request of a user whose
+	// home is empty passes here, and N scripts in a row would put the
+	// whole flood on every master.
+	others, err := s.othersState(ctx, voucherID, h)
+	if err != nil {
+		return h, 0, err
+	}
+	forNow := res == SoldOutForNow
+	for _, o := range others {
+		switch {
+		case o.stock < 0:
+			return h, Missing, nil
+		case o.held > 0:
+			forNow = true
+		}
+	}
+	for _, o := range others {
+		if o.stock <= 0 {
+			continue
+		}
+		k := BucketKeys(voucherID, n, o.bucket)
+		res, err := s.run(ctx, unitScript, []string{k.Stock, k.Holds}, userID, s.hold.Milliseconds())
+		switch {
+		case err != nil:
+			return h, 0, err
+		case res == Taken:
+			h.From = o.bucket
+			return s.claim(ctx, h)
+		case res == SoldOutForNow:
+			forNow = true // sold since the look, with its holds still open
+		case res != SoldOut:
+			return h, res, nil // Missing, AlreadyBuying
+		}
+	}
+	if forNow {
+		return h, SoldOutForNow, nil
+	}
+	return h, SoldOut, nil
+}
+
+// other is what Take saw of a bucket other than the user's home.
+type other struct {
+	bucket      int
+	stock, held int64 // stock -1: the key is missing
+}
+
+// othersState reads the stock and the open holds of every bucket but h's
+// home, in the order Take asks them: from the one after home onwards.
+func (s *Store) othersState(ctx context.Context, voucherID int64, h Hold) ([]other, error) {
+	pipe := s.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, 0, h.Buckets-1)
+	cards := make([]*redis.IntCmd, 0, h.Buckets-1)
+	for i := 1; i < h.Buckets; i++ {
+		k := BucketKeys(voucherID, h.Buckets, (h.Home+i)%h.Buckets)
+		gets = append(gets, pipe.Get(ctx, k.Stock))
+		cards = append(cards, pipe.ZCard(ctx, k.Holds))
+	}
+	pipe.Exec(ctx) // every command's error is read below: a missing key's redis.Nil must not hide a failed bucket
+	out := make([]other, len(gets))
+	for i, get := range gets {
+		out[i].bucket = (h.Home + i + 1) % h.Buckets
+		v, err := get.Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			v = -1
+		case err != nil:
+			return nil, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+		}
+		if err := cards[i].Err(); err != nil {
+			return nil, fmt.Errorf("read holds of voucher %d: %w", voucherID, err)
+		}
+		out[i].stock, out[i].held = v, cards[i].Val()
+	}
+	return out, nil
+}
+
+var (
+	//go:embed claim.lua
+	claimSrc    string
+	claimScript = redis.NewScript(claimSrc)
+)
+
+// claim remembers h's user as a buyer in their home bucket, for the unit
+// h took in another; if that fails, the unit goes back.
+func (s *Store) claim(ctx context.Context, h Hold) (Hold, Result, error) {
+	res, err := s.run(ctx, claimScript, BucketKeys(h.Voucher, h.Buckets, h.Home).all(), h.User, s.hold.Milliseconds())
+	if err == nil && res == Taken {
+		return h, Taken, nil
+	}
+	// Already bought or buying, the home keys lost, or Redis failed (the
+	// claim may have been made: then it expires, and the sweeper forgets
+	// the buyer, there being no order).
+	if _, gerr := s.giveBackUnit(ctx, h, false); gerr != nil {
+		err = errors.Join(err, gerr)
+	}
+	return h, res, err
+}
+
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (Result, error) {
+	code, err := script.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("stock script on %s: %w", keys[0], err)
+	}
+	return Result(code), nil
+}
