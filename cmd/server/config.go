@@ -88,189 +88,26 @@ type redisConfig struct {
 	RootCAs *x509.CertPool
 }
 
+// loadConfig reads the configuration from getenv, area after area, and
+// reports every mistake it finds at once, joined into one error. Each area
+// checks its own settings, those that depend on one another included
+// (METRICS_ADDR and HTTP_ADDR, STOCK_HOLD and SWEEP_EVERY, REDIS_DB on a
+// Cluster); what one area decides for another comes after both.
 func loadConfig(getenv func(string) string) (config, error) {
-	env := func(name, def string) string {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
-	c := config{
-		HTTPAddr:    env("HTTP_ADDR", ":8080"),
-		MySQLDSN:    env("MYSQL_DSN", ""),
-		Mode:        env("SECKILL_MODE", "sync"),
-		LockBackend: env("LOCK_BACKEND", "redis"),
-	}
-	var errs []error
-	intVar := func(name string, def, lo, hi int) int {
-		v, err := strconv.Atoi(env(name, strconv.Itoa(def)))
-		if err != nil || v < lo || v > hi {
-			errs = append(errs, fmt.Errorf("%s must be an integer from %d to %d", name, lo, hi))
-		}
-		return v
-	}
-	durVar := func(name string, def time.Duration) time.Duration {
-		v, err := time.ParseDuration(env(name, def.String()))
-		if err != nil || v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be a positive duration such as %s", name, def))
-		}
-		return v
-	}
-	c.RedisDB = intVar("REDIS_DB", 0, 0, 1<<20)
-	c.Redis, errs = redisVars(env("REDIS_ADDR", ""), env, errs)
-	// Three instances at 30 connections each leave 60 of MariaDB's default
-	// 151 for tools, migrations and tests.
-	c.MySQLMaxConns = intVar("MYSQL_MAX_OPEN_CONNS", 30, 1, 1000)
-	c.RedisPoolSize = intVar("REDIS_POOL_SIZE", 64, 1, 10000)
-	c.RedisPipelines = intVar("REDIS_PIPELINES", 4, 0, 64)
-	c.TokenTTL = durVar("TOKEN_TTL", 2*time.Hour)
-	c.StockHold = durVar("STOCK_HOLD", 15*time.Second)
-	c.SweepEvery = durVar("SWEEP_EVERY", 5*time.Second)
-	c.ShutdownGrace = durVar("SHUTDOWN_GRACE", 20*time.Second)
-	c.StartupWait = durVar("STARTUP_WAIT", 30*time.Second)
-	c.ClaimIdle = durVar("CLAIM_IDLE", 5*time.Second)
-	c.Batch = intVar("ASYNC_BATCH", 500, 1, 10000)
-	c.Writers = intVar("GROUP_COMMIT_WRITERS", order.DefaultWriters, 1, 64)
-	c.MaxDeliveries = int64(intVar("ASYNC_MAX_DELIVERIES", 5, 1, 1000))
-	c.Consumer = env("CONSUMER_NAME", defaultConsumer(c.HTTPAddr))
+	v := &vars{getenv: getenv}
+	var c config
+	httpVars(&c, v)
+	mysqlVars(&c, v)
+	redisVars(&c, v)
+	lockVars(&c, v)
+	saleVars(&c, v)
+	asyncVars(&c, v) // after httpVars: the consumer's default name ends in HTTP_ADDR's port
+	loginVars(&c, v)
+	admissionVars(&c, v) // after redisVars: MAX_IN_FLIGHT follows REDIS_POOL_SIZE
 
-	// Login codes. The limits that only cost SMS and Redis can be turned
-	// off with 0 (tests and load tests log thousands of users in from one
-	// address); the guess limits cannot: without them a 6-digit code is
-	// guessed in a day.
-	lim := auth.DefaultLimits
-	offOrSeconds := func(name string, def time.Duration) time.Duration {
-		v, err := time.ParseDuration(env(name, def.String()))
-		if err != nil || (v != 0 && v < time.Second) {
-			// Retry-After counts whole seconds: a shorter window could
-			// only be announced as one second anyway.
-			errs = append(errs, fmt.Errorf("%s must be 0 (off) or a duration of at least 1s such as %s", name, def))
-		}
-		return v
-	}
-	limitVar := func(name string, def int) int {
-		v, err := strconv.Atoi(env(name, strconv.Itoa(def)))
-		if err != nil || v < 0 || v > maxLimit {
-			errs = append(errs, fmt.Errorf("%s must be an integer from 0 (no limit) to %d", name, maxLimit))
-		}
-		return v
-	}
-	c.AuthLimits = auth.Limits{
-		CodeInterval:       offOrSeconds("AUTH_CODE_INTERVAL", lim.CodeInterval),
-		CodesPerDay:        limitVar("AUTH_CODES_PER_DAY", lim.CodesPerDay),
-		CodesPerAddrPerMin: limitVar("AUTH_CODES_PER_ADDR_PER_MIN", lim.CodesPerAddrPerMin),
-		GuessesPerCode:     intVar("AUTH_GUESSES_PER_CODE", lim.GuessesPerCode, 1, 1000),
-		GuessesPerDay:      intVar("AUTH_GUESSES_PER_DAY", lim.GuessesPerDay, 1, 1000),
-		LockFor:            durVar("AUTH_LOCK_FOR", lim.LockFor),
-	}
-	if l := c.AuthLimits.LockFor; l > 0 && l < time.Second {
-		errs = append(errs, fmt.Errorf("AUTH_LOCK_FOR must be at least 1s (it is %s)", l))
-	}
-	c.SeckillRate = floatVar(env("SECKILL_RATE", "10"), "SECKILL_RATE", &errs)
-	c.SeckillBurst = intVar("SECKILL_BURST", 20, 1, 1_000_000)
-	// By default four requests per Redis connection: a request holds one
-	// only for its round trips, and beyond a few per connection they wait
-	// for one (go-redis' pool timeout) instead of working.
-	c.MaxInFlight = intVar("MAX_IN_FLIGHT", 4*c.RedisPoolSize, 0, 1_000_000)
-	c.Tracing = tracing.Config{Endpoint: env("OTEL_EXPORTER_OTLP_ENDPOINT", ""), Service: env("OTEL_SERVICE_NAME", "seckill")}
-	if c.Tracing.Endpoint != "" {
-		if err := tracing.CheckEndpoint(c.Tracing.Endpoint); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	c.MetricsAddr = env("METRICS_ADDR", "")
-	if c.MetricsAddr != "" {
-		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("METRICS_ADDR %q is not host:port (or :port)", c.MetricsAddr))
-		} else if c.MetricsAddr == c.HTTPAddr {
-			errs = append(errs, fmt.Errorf("METRICS_ADDR must differ from HTTP_ADDR (both are %q): unset it to serve /metrics on HTTP_ADDR, for admins", c.MetricsAddr))
-		}
-	}
-	c.Pprof = boolVar(env("PPROF", "false"))
-	if c.Pprof && c.MetricsAddr == "" {
-		errs = append(errs, errors.New("PPROF serves the profiles on METRICS_ADDR's private port: set METRICS_ADDR too"))
-	}
-	c.TrustedProxies = splitList(env("TRUSTED_PROXIES", ""))
-	for _, p := range c.TrustedProxies {
-		if err := checkProxy(p); err != nil {
-			errs = append(errs, err)
-		}
-	}
-
-	switch {
-	case c.embedded():
-		c.AdminPhones = splitList(env("ADMIN_PHONES", "13800000000"))
-		c.DevCodes = boolVar(env("AUTH_DEV_CODES", "true"))
-		c.LiveCrowd = boolVar(env("LIVE_CROWD", "true"))
-		c.JWTSecret = []byte(getenv("JWT_SECRET"))
-		if len(c.JWTSecret) == 0 {
-			c.JWTSecret = make([]byte, 32)
-			rand.Read(c.JWTSecret)
-		}
-	case c.MySQLDSN == "" || len(c.Redis.Addrs) == 0:
-		errs = append(errs, errors.New("set both MYSQL_DSN and REDIS_ADDR (or REDIS_ADDRS) for the real stack, or neither for the embedded demo"))
-	default:
-		c.AdminPhones = splitList(env("ADMIN_PHONES", ""))
-		c.DevCodes = boolVar(env("AUTH_DEV_CODES", "false"))
-		c.LiveCrowd = boolVar(env("LIVE_CROWD", "false"))
-		c.JWTSecret = []byte(getenv("JWT_SECRET"))
-		// HS256 signs with HMAC-SHA256, whose key must be at least as long
-		// as the hash's 32 bytes (RFC 7518, section 3.2): a shorter one is
-		// guessed sooner, and anyone who guesses it mints admin tokens.
-		// Spaces around it are not counted: 32 blanks are no secret.
-		if n := len(bytes.TrimSpace(c.JWTSecret)); n < minJWTSecret {
-			errs = append(errs, fmt.Errorf("JWT_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) outside the demo (MYSQL_DSN and REDIS_ADDR or REDIS_ADDRS set); for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, n))
-		}
-	}
-	if c.Redis.Cluster && c.RedisDB != 0 {
-		errs = append(errs, fmt.Errorf("REDIS_DB=%d, but a Redis Cluster has only database 0", c.RedisDB))
-	}
-	if c.Mode != "sync" && c.Mode != "async" {
-		errs = append(errs, fmt.Errorf("SECKILL_MODE must be sync or async, not %q", c.Mode))
-	}
-	switch c.LockBackend {
-	case "redis", "local":
-	case "redlock":
-		c.RedLockAddrs = splitList(env("REDLOCK_ADDRS", ""))
-		if len(c.RedLockAddrs) < 3 {
-			errs = append(errs, errors.New("LOCK_BACKEND=redlock needs REDLOCK_ADDRS with at least 3 independent Redis nodes (host:port,...)"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("LOCK_BACKEND must be redis, redlock or local, not %q", c.LockBackend))
-	}
-	if c.StockHold < 3*time.Second {
-		errs = append(errs, fmt.Errorf("STOCK_HOLD must be at least 3s (it is %s)", c.StockHold))
-	}
-	// A sweep takes the sweeper's lock in Redis and reads MySQL: sweeping
-	// more often than this only loads them, and returns no unit sooner
-	// than its hold allows.
-	if c.SweepEvery > 0 && c.SweepEvery < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("SWEEP_EVERY must be at least 100ms (it is %s)", c.SweepEvery))
-	}
-	// The contract: stock taken by a request whose process dies before it
-	// answers is sellable again within 30 seconds. Nobody gives that unit
-	// back but the sweeper, at its first sweep after the hold expired: up
-	// to STOCK_HOLD + SWEEP_EVERY after it was taken. (Compared as a
-	// difference: two durations of 150 years each add up past the largest
-	// Duration, to a negative sum that would pass.)
-	if c.StockHold > 0 && c.SweepEvery > 0 && c.StockHold > returnedWithin-c.SweepEvery {
-		total := c.StockHold + c.SweepEvery
-		if total < 0 { // wrapped round
-			total = math.MaxInt64
-		}
-		errs = append(errs, fmt.Errorf("STOCK_HOLD (%s) + SWEEP_EVERY (%s) is %s, over the %s within which the contract promises that stock taken by a process that died is sellable again (the sweeper returns it at its first sweep after the hold expires); lower STOCK_HOLD or SWEEP_EVERY so that they add up to %s or less",
-			c.StockHold, c.SweepEvery, total, returnedWithin, returnedWithin))
-	}
-	// A consumer gives itself CLAIM_IDLE/2 to write a batch, and MySQL
-	// needs some of that even when healthy. Shorter, and the entries of a
-	// live consumer still writing them are claimed by another: delivered
-	// again, counted towards ASYNC_MAX_DELIVERIES, written twice over. (A
-	// COMMIT that stalls past CLAIM_IDLE/2, up to the read timeout, can
-	// still see its entries claimed: writing an entry twice is a no-op, so
-	// this bound is about wasted work, not about correctness.)
-	if c.ClaimIdle > 0 && c.ClaimIdle < time.Second {
-		errs = append(errs, fmt.Errorf("CLAIM_IDLE must be at least 1s (it is %s): a consumer's batch may take CLAIM_IDLE/2, and the entries of a live consumer must not be claimed while it writes them", c.ClaimIdle))
-	}
+	// The demo or the real stack: MYSQL_DSN and Redis decide the login
+	// settings' defaults, and whether JWT_SECRET must be set.
+	stackVars(&c, v)
 	// The DSN last: its timeouts are derived from STOCK_HOLD, and checked
 	// against it only when STOCK_HOLD itself is valid.
 	if c.MySQLDSN != "" {
@@ -279,12 +116,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 			hold = 0
 		}
 		dsn, err := normaliseDSN(c.MySQLDSN, hold)
-		if err != nil {
-			errs = append(errs, err)
-		}
+		v.add(err)
 		c.MySQLDSN = dsn
 	}
-	return c, errors.Join(errs...)
+	return c, errors.Join(v.errs...)
 }
 
 const (
@@ -297,52 +132,244 @@ const (
 	maxLimit = 1_000_000_000
 )
 
-// redisVars reads where Redis is. REDIS_ADDR is one node; REDIS_ADDRS is
+// httpVars reads where the server listens, and where it shows how it is
+// doing: metrics, Go's profiles and traces.
+func httpVars(c *config, v *vars) {
+	c.HTTPAddr = v.str("HTTP_ADDR", ":8080")
+	c.Tracing = tracing.Config{Endpoint: v.str("OTEL_EXPORTER_OTLP_ENDPOINT", ""), Service: v.str("OTEL_SERVICE_NAME", "seckill")}
+	if c.Tracing.Endpoint != "" {
+		v.add(tracing.CheckEndpoint(c.Tracing.Endpoint))
+	}
+	c.MetricsAddr = v.str("METRICS_ADDR", "")
+	if c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {
+			v.errorf("METRICS_ADDR %q is not host:port (or :port)", c.MetricsAddr)
+		} else if c.MetricsAddr == c.HTTPAddr {
+			v.errorf("METRICS_ADDR must differ from HTTP_ADDR (both are %q): unset it to serve /metrics on HTTP_ADDR, for admins", c.MetricsAddr)
+		}
+	}
+	c.Pprof = v.bool("PPROF", false)
+	if c.Pprof && c.MetricsAddr == "" {
+		v.add(errors.New("PPROF serves the profiles on METRICS_ADDR's private port: set METRICS_ADDR too"))
+	}
+}
+
+// mysqlVars reads where MySQL is and how many connections an instance
+// opens to it. loadConfig normalises the DSN last, once STOCK_HOLD is
+// known.
+func mysqlVars(c *config, v *vars) {
+	c.MySQLDSN = v.str("MYSQL_DSN", "")
+	// Three instances at 30 connections each leave 60 of MariaDB's default
+	// 151 for tools, migrations and tests.
+	c.MySQLMaxConns = v.int("MYSQL_MAX_OPEN_CONNS", 30, 1, 1000)
+}
+
+// redisVars reads where Redis is (redisWhere), which of its databases the
+// server uses, and how many connections and pipelines an instance has.
+func redisVars(c *config, v *vars) {
+	c.RedisDB = v.int("REDIS_DB", 0, 0, 1<<20)
+	c.Redis = redisWhere(v)
+	c.RedisPoolSize = v.int("REDIS_POOL_SIZE", 64, 1, 10000)
+	c.RedisPipelines = v.int("REDIS_PIPELINES", 4, 0, 64)
+	if c.Redis.Cluster && c.RedisDB != 0 {
+		v.errorf("REDIS_DB=%d, but a Redis Cluster has only database 0", c.RedisDB)
+	}
+}
+
+// redisWhere reads where Redis is. REDIS_ADDR is one node; REDIS_ADDRS is
 // one node, the sentinels when REDIS_MASTER_NAME is set, or else, when it
 // lists several, nodes of a Redis Cluster (any of them: the client learns
 // the rest from them).
-func redisVars(addr string, env func(name, def string) string, errs []error) (redisConfig, []error) {
+func redisWhere(v *vars) redisConfig {
+	addr := v.str("REDIS_ADDR", "")
 	r := redisConfig{
-		Addrs:            splitList(env("REDIS_ADDRS", "")),
-		MasterName:       env("REDIS_MASTER_NAME", ""),
-		Username:         env("REDIS_USERNAME", ""),
-		Password:         env("REDIS_PASSWORD", ""),
-		SentinelPassword: env("REDIS_SENTINEL_PASSWORD", ""),
-		TLS:              boolVar(env("REDIS_TLS", "false")),
+		Addrs:            v.list("REDIS_ADDRS", ""),
+		MasterName:       v.str("REDIS_MASTER_NAME", ""),
+		Username:         v.str("REDIS_USERNAME", ""),
+		Password:         v.str("REDIS_PASSWORD", ""),
+		SentinelPassword: v.str("REDIS_SENTINEL_PASSWORD", ""),
+		TLS:              v.bool("REDIS_TLS", false),
 	}
-	if ca := env("REDIS_TLS_CA", ""); ca != "" {
+	if ca := v.str("REDIS_TLS_CA", ""); ca != "" {
 		pem, err := os.ReadFile(ca)
 		r.RootCAs = x509.NewCertPool()
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("REDIS_TLS_CA: %w", err))
+			v.errorf("REDIS_TLS_CA: %w", err)
 		case !r.RootCAs.AppendCertsFromPEM(pem):
-			errs = append(errs, fmt.Errorf("REDIS_TLS_CA: no PEM certificate in %s", ca))
+			v.errorf("REDIS_TLS_CA: no PEM certificate in %s", ca)
 		case !r.TLS:
-			errs = append(errs, errors.New("REDIS_TLS_CA is set but REDIS_TLS is not: set REDIS_TLS=true to talk TLS to Redis"))
+			v.add(errors.New("REDIS_TLS_CA is set but REDIS_TLS is not: set REDIS_TLS=true to talk TLS to Redis"))
 		}
 	}
 	switch {
 	case addr != "" && len(r.Addrs) > 0:
-		errs = append(errs, errors.New("set REDIS_ADDR (one node) or REDIS_ADDRS (a node, or Sentinel's sentinels with REDIS_MASTER_NAME), not both"))
+		v.add(errors.New("set REDIS_ADDR (one node) or REDIS_ADDRS (a node, or Sentinel's sentinels with REDIS_MASTER_NAME), not both"))
 	case addr != "":
 		r.Addrs = []string{addr}
 	}
 	for _, a := range r.Addrs {
 		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
-			errs = append(errs, fmt.Errorf("Redis address %q is not host:port", a))
+			v.errorf("Redis address %q is not host:port", a)
 		}
 	}
 	switch {
 	case r.MasterName != "" && (addr != "" || len(r.Addrs) == 0):
-		errs = append(errs, errors.New("REDIS_MASTER_NAME needs REDIS_ADDRS to list the sentinels"))
+		v.add(errors.New("REDIS_MASTER_NAME needs REDIS_ADDRS to list the sentinels"))
 	case r.MasterName == "" && len(r.Addrs) > 1:
 		r.Cluster = true
 	}
 	if r.SentinelPassword != "" && r.MasterName == "" {
-		errs = append(errs, errors.New("REDIS_SENTINEL_PASSWORD is for the sentinels of REDIS_MASTER_NAME, which is not set"))
+		v.add(errors.New("REDIS_SENTINEL_PASSWORD is for the sentinels of REDIS_MASTER_NAME, which is not set"))
 	}
-	return r, errs
+	return r
+}
+
+// lockVars reads which per-user lock the buy path takes: a key in Redis
+// (redis), RedLock over the nodes REDLOCK_ADDRS lists (redlock), or one
+// that excludes requests within this process only (local, for teaching).
+func lockVars(c *config, v *vars) {
+	c.LockBackend = v.str("LOCK_BACKEND", "redis")
+	switch c.LockBackend {
+	case "redis", "local":
+	case "redlock":
+		c.RedLockAddrs = v.list("REDLOCK_ADDRS", "")
+		if len(c.RedLockAddrs) < 3 {
+			v.add(errors.New("LOCK_BACKEND=redlock needs REDLOCK_ADDRS with at least 3 independent Redis nodes (host:port,...)"))
+		}
+	default:
+		v.errorf("LOCK_BACKEND must be redis, redlock or local, not %q", c.LockBackend)
+	}
+}
+
+// saleVars reads how the sale runs and its timings: how long a unit taken
+// in Redis waits for its order row, how often the sweeper gives back the
+// units that waited in vain, and how long the server waits for MySQL and
+// Redis at start and for requests in flight at shutdown.
+func saleVars(c *config, v *vars) {
+	c.StockHold = v.dur("STOCK_HOLD", 15*time.Second)
+	c.SweepEvery = v.dur("SWEEP_EVERY", 5*time.Second)
+	c.ShutdownGrace = v.dur("SHUTDOWN_GRACE", 20*time.Second)
+	c.StartupWait = v.dur("STARTUP_WAIT", 30*time.Second)
+	c.Writers = v.int("GROUP_COMMIT_WRITERS", order.DefaultWriters, 1, 64)
+	c.Mode = v.str("SECKILL_MODE", "sync")
+	if c.Mode != "sync" && c.Mode != "async" {
+		v.errorf("SECKILL_MODE must be sync or async, not %q", c.Mode)
+	}
+	if c.StockHold < 3*time.Second {
+		v.errorf("STOCK_HOLD must be at least 3s (it is %s)", c.StockHold)
+	}
+	// A sweep takes the sweeper's lock in Redis and reads MySQL: sweeping
+	// more often than this only loads them, and returns no unit sooner
+	// than its hold allows.
+	if c.SweepEvery > 0 && c.SweepEvery < 100*time.Millisecond {
+		v.errorf("SWEEP_EVERY must be at least 100ms (it is %s)", c.SweepEvery)
+	}
+	// The contract: stock taken by a request whose process dies before it
+	// answers is sellable again within 30 seconds. Nobody gives that unit
+	// back but the sweeper, at its first sweep after the hold expired: up
+	// to STOCK_HOLD + SWEEP_EVERY after it was taken. (Compared as a
+	// difference: two durations of 150 years each add up past the largest
+	// Duration, to a negative sum that would pass.)
+	if c.StockHold > 0 && c.SweepEvery > 0 && c.StockHold > returnedWithin-c.SweepEvery {
+		total := c.StockHold + c.SweepEvery
+		if total < 0 { // wrapped round
+			total = math.MaxInt64
+		}
+		v.errorf("STOCK_HOLD (%s) + SWEEP_EVERY (%s) is %s, over the %s within which the contract promises that stock taken by a process that died is sellable again (the sweeper returns it at its first sweep after the hold expires); lower STOCK_HOLD or SWEEP_EVERY so that they add up to %s or less",
+			c.StockHold, c.SweepEvery, total, returnedWithin, returnedWithin)
+	}
+}
+
+// asyncVars reads how an instance in async mode consumes the orders'
+// stream: its name in the consumer group, how many entries it writes at
+// once, and when it claims another consumer's entries or gives up on one.
+func asyncVars(c *config, v *vars) {
+	c.ClaimIdle = v.dur("CLAIM_IDLE", 5*time.Second)
+	c.Batch = v.int("ASYNC_BATCH", 500, 1, 10000)
+	c.MaxDeliveries = int64(v.int("ASYNC_MAX_DELIVERIES", 5, 1, 1000))
+	c.Consumer = v.str("CONSUMER_NAME", defaultConsumer(c.HTTPAddr))
+	// A consumer gives itself CLAIM_IDLE/2 to write a batch, and MySQL
+	// needs some of that even when healthy. Shorter, and the entries of a
+	// live consumer still writing them are claimed by another: delivered
+	// again, counted towards ASYNC_MAX_DELIVERIES, written twice over. (A
+	// COMMIT that stalls past CLAIM_IDLE/2, up to the read timeout, can
+	// still see its entries claimed: writing an entry twice is a no-op, so
+	// this bound is about wasted work, not about correctness.)
+	if c.ClaimIdle > 0 && c.ClaimIdle < time.Second {
+		v.errorf("CLAIM_IDLE must be at least 1s (it is %s): a consumer's batch may take CLAIM_IDLE/2, and the entries of a live consumer must not be claimed while it writes them", c.ClaimIdle)
+	}
+}
+
+// loginVars reads how long a token lasts and the login codes' limits.
+// What differs between the demo and the real stack is read by stackVars.
+func loginVars(c *config, v *vars) {
+	c.TokenTTL = v.dur("TOKEN_TTL", 2*time.Hour)
+	// Login codes. The limits that only cost SMS and Redis can be turned
+	// off with 0 (tests and load tests log thousands of users in from one
+	// address); the guess limits cannot: without them a 6-digit code is
+	// guessed in a day.
+	lim := auth.DefaultLimits
+	c.AuthLimits = auth.Limits{
+		CodeInterval:       v.offOrSeconds("AUTH_CODE_INTERVAL", lim.CodeInterval),
+		CodesPerDay:        v.limit("AUTH_CODES_PER_DAY", lim.CodesPerDay),
+		CodesPerAddrPerMin: v.limit("AUTH_CODES_PER_ADDR_PER_MIN", lim.CodesPerAddrPerMin),
+		GuessesPerCode:     v.int("AUTH_GUESSES_PER_CODE", lim.GuessesPerCode, 1, 1000),
+		GuessesPerDay:      v.int("AUTH_GUESSES_PER_DAY", lim.GuessesPerDay, 1, 1000),
+		LockFor:            v.dur("AUTH_LOCK_FOR", lim.LockFor),
+	}
+	if l := c.AuthLimits.LockFor; l > 0 && l < time.Second {
+		v.errorf("AUTH_LOCK_FOR must be at least 1s (it is %s)", l)
+	}
+}
+
+// admissionVars reads what lets a request in: the buy button's per-user
+// rate, how many requests one instance works on at once, and which
+// proxies may name a client's address.
+func admissionVars(c *config, v *vars) {
+	c.SeckillRate = v.rate("SECKILL_RATE", 10)
+	c.SeckillBurst = v.int("SECKILL_BURST", 20, 1, 1_000_000)
+	// By default four requests per Redis connection: a request holds one
+	// only for its round trips, and beyond a few per connection they wait
+	// for one (go-redis' pool timeout) instead of working.
+	c.MaxInFlight = v.int("MAX_IN_FLIGHT", 4*c.RedisPoolSize, 0, 1_000_000)
+	c.TrustedProxies = v.list("TRUSTED_PROXIES", "")
+	for _, p := range c.TrustedProxies {
+		v.add(checkProxy(p))
+	}
+}
+
+// stackVars reads what differs between the embedded demo (neither
+// MYSQL_DSN nor Redis set) and the real stack (both set): who logs in as
+// admin, whether login codes are answered, the live page's crowd, and the
+// key tokens are signed with. One of MYSQL_DSN and Redis without the
+// other is refused.
+func stackVars(c *config, v *vars) {
+	switch {
+	case c.embedded():
+		c.AdminPhones = v.list("ADMIN_PHONES", "13800000000")
+		c.DevCodes = v.bool("AUTH_DEV_CODES", true)
+		c.LiveCrowd = v.bool("LIVE_CROWD", true)
+		c.JWTSecret = []byte(v.getenv("JWT_SECRET"))
+		if len(c.JWTSecret) == 0 {
+			c.JWTSecret = make([]byte, 32)
+			rand.Read(c.JWTSecret)
+		}
+	case c.MySQLDSN == "" || len(c.Redis.Addrs) == 0:
+		v.add(errors.New("set both MYSQL_DSN and REDIS_ADDR (or REDIS_ADDRS) for the real stack, or neither for the embedded demo"))
+	default:
+		c.AdminPhones = v.list("ADMIN_PHONES", "")
+		c.DevCodes = v.bool("AUTH_DEV_CODES", false)
+		c.LiveCrowd = v.bool("LIVE_CROWD", false)
+		c.JWTSecret = []byte(v.getenv("JWT_SECRET"))
+		// HS256 signs with HMAC-SHA256, whose key must be at least as long
+		// as the hash's 32 bytes (RFC 7518, section 3.2): a shorter one is
+		// guessed sooner, and anyone who guesses it mints admin tokens.
+		// Spaces around it are not counted: 32 blanks are no secret.
+		if n := len(bytes.TrimSpace(c.JWTSecret)); n < minJWTSecret {
+			v.errorf("JWT_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) outside the demo (MYSQL_DSN and REDIS_ADDR or REDIS_ADDRS set); for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, n)
+		}
+	}
 }
 
 // checkProxy checks one entry of TRUSTED_PROXIES: an IP address or a CIDR,
@@ -485,25 +512,3 @@ func defaultConsumer(httpAddr string) string {
 	_, port, _ := net.SplitHostPort(httpAddr)
 	return host + ":" + port
 }
-
-// floatVar parses a rate: a number of requests a second, 0 or more.
-func floatVar(v, name string, errs *[]error) float64 {
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f > 1e9 {
-		*errs = append(*errs, fmt.Errorf("%s must be a number of requests a second, 0 (off) or more, such as 10", name))
-		return 0
-	}
-	return f
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func boolVar(s string) bool { return s == "true" || s == "1" }
