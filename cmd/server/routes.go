@@ -102,7 +102,8 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	r.GET("/orders/:id", authn, orders.Get)
 
 	// Async mode's queue, for admins (package order/queue). In sync mode
-	// it shows an empty queue, and a replay is refused.
+	// nothing is queued (what an earlier async run left shows), and a
+	// replay is refused.
 	var restock queue.Restocker
 	if cfg.Mode == "async" {
 		restock = a.orders.Restock

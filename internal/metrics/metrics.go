@@ -16,8 +16,8 @@
 //     MySQL connection pools.
 //
 // Packages order and queue never import Prometheus: they report to a small
-// interface of their own, and a Service built without one (most tests)
-// reports to nobody. Nor does this package import order: the outcome of an
+// interface (order.Observer) or a function (queue.Config.OnBatch) of their
+// own, and a Service built without one (most tests) reports to nobody. Nor does this package import order: the outcome of an
 // answer is the code package web recorded (web.Answer), and stages and
 // lock results are named by the strings that label them. Every Metrics has a registry of its own, not
 // Prometheus' global one, so that several servers can run in one process

@@ -53,7 +53,10 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 		// not given back: it may be in use.
 		return m.lost(ctx, e, err)
 	}
-	if res != queue.Queued {
+	if res != queue.Queued && res != queue.Voided {
+		// Unused: another request may have it. Not a voided one, though:
+		// its void mark (named after the ID) lives on, and would void that
+		// request too.
 		m.pool.Return(id)
 	}
 	switch res {

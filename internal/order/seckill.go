@@ -57,7 +57,6 @@ type Service struct {
 	common
 	vouchers *voucher.Service
 	stocks   *stock.Store
-	queue    *queue.Queue
 	locks    lock.Locker
 	ids      *idworker.Worker
 
@@ -113,11 +112,10 @@ type mode interface {
 // was flushed or restarted).
 var errStockMissing = errors.New("stock keys missing")
 
-// NewService returns a Service. q is async mode's queue; sync mode keeps
-// it for the sweeper, which must not reconcile a voucher whose orders are
-// still queued.
+// NewService returns a Service. q is async mode's queue (sync mode does
+// not use it: nil will do).
 func NewService(db *gorm.DB, q *queue.Queue, vouchers *voucher.Service, stocks *stock.Store, locks lock.Locker, ids *idworker.Worker, now func() time.Time, log *slog.Logger, cfg Config) *Service {
-	s := &Service{vouchers: vouchers, stocks: stocks, queue: q, locks: locks, ids: ids}
+	s := &Service{vouchers: vouchers, stocks: stocks, locks: locks, ids: ids}
 	obs := cfg.Observer
 	if obs == nil {
 		obs = nobody{}

@@ -57,9 +57,9 @@ func newGroupCommit(db *gorm.DB, obs Observer, most int) *groupCommit {
 // gathers in the channel. More writers split the orders waiting into
 // smaller batches, each a transaction and an fsync for MySQL: on one
 // 2-core machine with MySQL beside the server, 1 writer sold about 6% more
-// than 2 and 20% more than 4 (BENCHMARKS.md, issue 13's section). With MySQL across a network,
-// a second writer can send its batch while the first waits for its
-// COMMIT: worth measuring there.
+// than 2 and 20% more than 4 (BENCHMARKS.md, issue 13's section). With
+// MySQL across a network, a second writer can send its batch while the
+// first waits for its COMMIT: worth measuring there.
 const DefaultWriters = 1
 
 // commit writes o through the writer and returns when it is committed or

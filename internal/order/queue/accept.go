@@ -46,13 +46,14 @@ const (
 // the stream, in one step, unless the voucher is sold out in Redis or the
 // user already bought it.
 //
-// An error means nothing was accepted, or only the answer was lost after
-// the script ran, or the script may still run (the command sits in a
-// stalled connection). Whoever must tell the buyer asks Lost.
+// An error (Redis' own, unwrapped) means nothing was accepted, or only
+// the answer was lost after the script ran, or the script may still run
+// (the command sits in a stalled connection). Whoever must tell the buyer
+// asks Lost.
 func (q *Queue) Accept(ctx context.Context, e Entry) (Result, error) {
 	code, err := acceptScript.Run(ctx, q.rdb, e.keys(voidKey(e.VoucherID, e.OrderID)), e.args()...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("accept order %d: %w", e.OrderID, err)
+		return 0, err
 	}
 	return Result(code), nil
 }

@@ -51,8 +51,12 @@ func (q *Queue) Find(ctx context.Context, orderID int64) (e Entry, failed, found
 func (q *Queue) Queued(ctx context.Context, voucherID int64) ([]Entry, error) {
 	shard := stock.ShardOf(voucherID)
 	var mine []Entry
+	seen := map[int64]bool{}
 	err := q.eachEntry(ctx, StreamKey(shard), func(m redis.XMessage) {
-		if e, err := parseEntry(m); err == nil && e.VoucherID == voucherID {
+		// An order appears twice after its dead letter was replayed (the
+		// first entry stays until the stream is trimmed): it is one order.
+		if e, err := parseEntry(m); err == nil && e.VoucherID == voucherID && !seen[e.OrderID] {
+			seen[e.OrderID] = true
 			mine = append(mine, e)
 		}
 	})

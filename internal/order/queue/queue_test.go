@@ -67,3 +67,26 @@ func TestQueueReadsSeeEveryCommandsError(t *testing.T) {
 		t.Fatalf("Find = %v with a shard unreadable; want an error", o)
 	}
 }
+
+// A replayed dead letter is in the stream twice until the stream is
+// trimmed (its first entry, acknowledged, and the replayed one) under one
+// order ID: Queued counts it once, or a reload would take its unit from
+// the stock twice.
+func TestQueuedCountsAReplayedOrderOnce(t *testing.T) {
+	rdb := testenv.Redis(t, 15)
+	ctx := context.Background()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q := New(rdb)
+	const v = 7
+	shard := stock.ShardOf(v)
+	for range 2 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: StreamKey(shard), Values: map[string]any{"id": "42", "user": "5", "voucher": v, "at": "1700000000000"}})
+	}
+	rdb.HSet(ctx, pendingKey(shard), "42", "5:7:1700000000000:pending")
+	got, err := q.Queued(ctx, v)
+	if err != nil || len(got) != 1 || got[0].OrderID != 42 || got[0].UserID != 5 {
+		t.Fatalf("Queued = %+v, %v; want order 42 of user 5, once", got, err)
+	}
+}
