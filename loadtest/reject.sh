@@ -76,7 +76,7 @@ fresh_stores
 # The login code limits are off: every user logs in from this one address,
 # and the admin more than once (k6's setup logs it in again).
 HTTP_ADDR=$SERVER_ADDR MYSQL_DSN=$MYSQL_DSN REDIS_ADDR=$REDIS_ADDR REDIS_DB=$REDIS_DB \
-	JWT_SECRET=$JWT_SECRET ADMIN_PHONES=13800000000 AUTH_DEV_CODES=true \
+	JWT_SECRET=$JWT_SECRET PAYMENT_WEBHOOK_SECRET=$JWT_SECRET ADMIN_PHONES=13800000000 AUTH_DEV_CODES=true \
 	AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0 \
 	"$WORK/server" >"$WORK/server.log" 2>&1 &
 server_pid=$!

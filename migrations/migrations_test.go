@@ -382,8 +382,10 @@ func sqliteSchema(t *testing.T, db *sql.DB) schema {
 func mysqlSchema(t *testing.T, db *sql.DB) schema {
 	t.Helper()
 	s := schema{Columns: map[string][]string{}, Unique: map[string][][]string{}, NotNull: map[string]bool{}}
+	// ORDER BY BINARY: byte order, as Go sorts the
+	// SQLite side (the default collation sorts "_" after letters).
 	rows, err := db.Query(`SELECT table_name, column_name, is_nullable FROM information_schema.columns
-		WHERE table_schema = DATABASE() ORDER BY table_name, column_name`)
+		WHERE table_schema = DATABASE() ORDER BY table_name, BINARY column_name`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ var experiments = []experiment{
 	redlockRestart,
 	inProcessQueue,
 	orderIDs,
+	payDeadline,
 }
 
 // An outcome is what one variant did under the experiment's load.

@@ -629,8 +629,8 @@ func TestAPIVouchersAndOrders(t *testing.T) {
 				t.Errorf("%s = %s, want %s", field, got, want)
 			}
 		}
-		if r.Str("status") != "created" {
-			t.Errorf("status = %q, want created (sync mode)", r.Str("status"))
+		if r.Str("status") != "unpaid" {
+			t.Errorf("status = %q, want unpaid (sync mode)", r.Str("status"))
 		}
 		at, err := time.Parse(time.RFC3339, r.Str("created_at"))
 		if err != nil || time.Since(at) > time.Minute || time.Until(at) > 2*time.Second {
@@ -654,7 +654,7 @@ func TestAPIVouchersAndOrders(t *testing.T) {
 		if err := s.db(t).QueryRow("SELECT user_id, voucher_id, status FROM voucher_orders WHERE id = ?", orderID).Scan(&user, &voucher, &status); err != nil {
 			t.Fatal(err)
 		}
-		if strconv.FormatInt(user, 10) != buyerID || strconv.FormatInt(voucher, 10) != v || status != "created" {
+		if strconv.FormatInt(user, 10) != buyerID || strconv.FormatInt(voucher, 10) != v || status != "unpaid" {
 			t.Errorf("row: user %d voucher %d status %s", user, voucher, status)
 		}
 	})

@@ -14,6 +14,7 @@ import (
 	"seckill/internal/metrics"
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
+	"seckill/internal/payment"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
@@ -32,6 +33,7 @@ type app struct {
 	live      *live.Recorder // counts the buy button's answers for /live
 	liveSrc   *live.Source   // reads a sale's figures for /live
 	crowd     *live.Crowd    // nil unless LIVE_CROWD
+	payments  *payment.Fake  // nil unless PAYMENT_FAKE: the demo's payment provider
 	liveDone  context.Context
 	stopLive  func() // ends the /live event streams, at shutdown
 }
@@ -78,6 +80,14 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	ocfg.WriteTimeout = cfg.WriteTimeout()
 	ocfg.Async = cfg.Mode == "async"
 	ocfg.Observer = a.metrics
+	// No payment provider ships with the project. A real one's client
+	// plugs in here, as a payment.Provider; the fake one confirms every
+	// charge through the webhook, so it is for the demo and tests only.
+	if cfg.PaymentFake {
+		log.Warn("PAYMENT_FAKE: POST /orders/{id}/pay is confirmed by a fake payment provider, with no money taken; never in production")
+		a.payments = payment.NewFake(cfg.PaymentSecret, log)
+		ocfg.Provider = a.payments
+	}
 	a.orders = order.NewService(st.db, a.queue, a.vouchers, stocks, locks, ids, now, log, ocfg)
 
 	a.live = live.NewRecorder(st.rdb, log)
@@ -88,7 +98,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		qcfg := queue.DefaultConfig
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
 		qcfg.OnBatch = a.metrics.ConsumerBatch
-		a.consumers = queue.NewConsumers(st.rdb, order.QueueWriter(st.db), now, qcfg, log)
+		a.consumers = queue.NewConsumers(st.rdb, order.QueueWriter(st.db, a.vouchers), now, qcfg, log)
 	}
 	a.liveSrc = live.NewSource(st.db, st.rdb, a.vouchers, stocks, queueStats, now)
 	if cfg.LiveCrowd {
@@ -102,6 +112,9 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	if a.crowd != nil {
 		a.crowd.SetTarget(a.router) // the crowd presses the buy button through the router itself
 	}
+	if a.payments != nil {
+		a.payments.SetTarget(a.router) // and the fake provider calls the webhook so
+	}
 	return a, nil
 }
 
@@ -113,6 +126,9 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 func (a *app) stopCrowd() {
 	if a.crowd != nil {
 		a.crowd.Close()
+	}
+	if a.payments != nil {
+		a.payments.Close()
 	}
 }
 

@@ -86,7 +86,7 @@ func TestAsyncSaleAcrossThreeInstances(t *testing.T) {
 			s = waitRest(t, db, rdb, vid, 5*time.Second)
 			for id := range won {
 				r := mustCall(t, "GET", insts[2].Base+"/orders/"+won[id], admin, nil)
-				if r.Status != http.StatusOK || r.Str("status") != "created" {
+				if r.Status != http.StatusOK || r.Str("status") != "unpaid" {
 					t.Fatalf("GET order %s: %d %s", won[id], r.Status, r.Raw)
 				}
 				break
@@ -118,7 +118,7 @@ func TestAsyncOrderPendingThenCreated(t *testing.T) {
 	unlock()
 	waitFor(t, 10*time.Second, "the order to be written", func() bool {
 		got := mustCall(t, "GET", inst.Base+"/orders/"+id, tok, nil)
-		return got.Status == 200 && got.Str("status") == "created"
+		return got.Status == 200 && got.Str("status") == "unpaid"
 	})
 }
 
@@ -450,8 +450,8 @@ func TestAsyncDeadLetterSettledAndReplayed(t *testing.T) {
 	if len(s.Orders) != 5 {
 		t.Errorf("%d orders in the end, want 5", len(s.Orders))
 	}
-	if r := mustCall(t, "GET", inst.Base+"/orders/"+first[replayed.ID], replayed.Token, nil); r.Str("status") != "created" {
-		t.Errorf("the replayed order reads %d %s, want created", r.Status, r.Raw)
+	if r := mustCall(t, "GET", inst.Base+"/orders/"+first[replayed.ID], replayed.Token, nil); r.Str("status") != "unpaid" {
+		t.Errorf("the replayed order reads %d %s, want unpaid", r.Status, r.Raw)
 	}
 	r = mustCall(t, "POST", inst.Base+"/admin/dead-letters/replay", admin, map[string]any{"ids": []string{letters[replayed.ID]["id"].(string)}})
 	if res, _ := r.Body["replayed"].([]any); len(res) != 1 || res[0].(map[string]any)["result"] != "not_found" {

@@ -18,23 +18,29 @@ import (
 
 	"seckill/internal/auth"
 	"seckill/internal/order"
+	"seckill/internal/payment"
 	"seckill/internal/tracing"
 )
 
 // config is everything run reads from the environment. Only cmd/server
 // reads the environment; packages get plain values.
 type config struct {
-	HTTPAddr      string
-	MetricsAddr   string         // GET /metrics alone, unauthenticated; "": on HTTPAddr, for admins
-	Pprof         bool           // PPROF: Go's profiles at /debug/pprof/ on MetricsAddr
-	Tracing       tracing.Config // OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
-	MySQLDSN      string         // normalised: parseTime=true, loc=UTC
-	RedisDB       int
-	Redis         redisConfig // REDIS_ADDR or REDIS_ADDRS, and how to reach them
-	JWTSecret     []byte
-	AdminPhones   []string
-	DevCodes      bool
-	LiveCrowd     bool   // LIVE_CROWD: admins may start a simulated crowd from /live
+	HTTPAddr    string
+	MetricsAddr string         // GET /metrics alone, unauthenticated; "": on HTTPAddr, for admins
+	Pprof       bool           // PPROF: Go's profiles at /debug/pprof/ on MetricsAddr
+	Tracing     tracing.Config // OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
+	MySQLDSN    string         // normalised: parseTime=true, loc=UTC
+	RedisDB     int
+	Redis       redisConfig // REDIS_ADDR or REDIS_ADDRS, and how to reach them
+	JWTSecret   []byte
+	AdminPhones []string
+	DevCodes    bool
+	LiveCrowd   bool // LIVE_CROWD: admins may start a simulated crowd from /live
+	// PaymentSecret is the key the payment provider signs its webhook
+	// calls with (PAYMENT_WEBHOOK_SECRET); PaymentFake puts the fake
+	// provider (payment.Fake) behind POST /orders/{id}/pay.
+	PaymentSecret []byte
+	PaymentFake   bool
 	Mode          string // sync or async
 	LockBackend   string // redis, redlock or local
 	RedLockAddrs  []string
@@ -350,10 +356,16 @@ func stackVars(c *config, v *vars) {
 		c.AdminPhones = v.list("ADMIN_PHONES", "13800000000")
 		c.DevCodes = v.bool("AUTH_DEV_CODES", true)
 		c.LiveCrowd = v.bool("LIVE_CROWD", true)
+		c.PaymentFake = v.bool("PAYMENT_FAKE", true)
 		c.JWTSecret = []byte(v.getenv("JWT_SECRET"))
 		if len(c.JWTSecret) == 0 {
 			c.JWTSecret = make([]byte, 32)
 			rand.Read(c.JWTSecret)
+		}
+		c.PaymentSecret = []byte(v.getenv("PAYMENT_WEBHOOK_SECRET"))
+		if len(c.PaymentSecret) == 0 {
+			c.PaymentSecret = make([]byte, 32)
+			rand.Read(c.PaymentSecret)
 		}
 	case c.MySQLDSN == "" || len(c.Redis.Addrs) == 0:
 		v.add(errors.New("set both MYSQL_DSN and REDIS_ADDR (or REDIS_ADDRS) for the real stack, or neither for the embedded demo"))
@@ -361,6 +373,7 @@ func stackVars(c *config, v *vars) {
 		c.AdminPhones = v.list("ADMIN_PHONES", "")
 		c.DevCodes = v.bool("AUTH_DEV_CODES", false)
 		c.LiveCrowd = v.bool("LIVE_CROWD", false)
+		c.PaymentFake = v.bool("PAYMENT_FAKE", false)
 		c.JWTSecret = []byte(v.getenv("JWT_SECRET"))
 		// HS256 signs with HMAC-SHA256, whose key must be at least as long
 		// as the hash's 32 bytes (RFC 7518, section 3.2): a shorter one is
@@ -368,6 +381,11 @@ func stackVars(c *config, v *vars) {
 		// Spaces around it are not counted: 32 blanks are no secret.
 		if n := len(bytes.TrimSpace(c.JWTSecret)); n < minJWTSecret {
 			v.errorf("JWT_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) outside the demo (MYSQL_DSN and REDIS_ADDR or REDIS_ADDRS set); for example: export JWT_SECRET=$(openssl rand -hex 32)", minJWTSecret, n)
+		}
+		// The webhook's key: whoever holds it can declare any order paid.
+		c.PaymentSecret = []byte(v.getenv("PAYMENT_WEBHOOK_SECRET"))
+		if n := len(bytes.TrimSpace(c.PaymentSecret)); n < payment.MinSecret {
+			v.errorf("PAYMENT_WEBHOOK_SECRET must be set (%d bytes or more, not counting spaces around it; it has %d) outside the demo: the payment provider signs its webhook calls with it; for example: export PAYMENT_WEBHOOK_SECRET=$(openssl rand -hex 32)", payment.MinSecret, n)
 		}
 	}
 }

@@ -13,9 +13,10 @@ import (
 
 func TestLoadConfig(t *testing.T) {
 	real := map[string]string{
-		"MYSQL_DSN":  "root:@tcp(127.0.0.1:3306)/seckill",
-		"REDIS_ADDR": "127.0.0.1:6379",
-		"JWT_SECRET": "0123456789abcdef0123456789abcdef", // 32 bytes, the least accepted
+		"MYSQL_DSN":              "root:@tcp(127.0.0.1:3306)/seckill",
+		"REDIS_ADDR":             "127.0.0.1:6379",
+		"JWT_SECRET":             "0123456789abcdef0123456789abcdef", // 32 bytes, the least accepted
+		"PAYMENT_WEBHOOK_SECRET": "0123456789abcdef0123456789abcdef",
 	}
 	with := func(base map[string]string, kv ...string) map[string]string {
 		m := map[string]string{}

@@ -47,7 +47,7 @@ func TestEmbeddedDemo(t *testing.T) {
 	if r.Status != http.StatusOK {
 		t.Fatalf("GET order: %d %s", r.Status, r.Raw)
 	}
-	if r.Str("id") != orderID || r.Str("user_id") != userID || r.Str("voucher_id") != v || r.Str("status") != "created" {
+	if r.Str("id") != orderID || r.Str("user_id") != userID || r.Str("voucher_id") != v || r.Str("status") != "unpaid" {
 		t.Errorf("order: %s", r.Raw)
 	}
 	if _, err := time.Parse(time.RFC3339, r.Str("created_at")); err != nil {

@@ -173,27 +173,7 @@ func TestSaleSurvivesFaults(t *testing.T) {
 
 func saleWithFault(t *testing.T, mode string, fc faultCase) {
 	r := newRig(t, fc.own)
-	insts := make([]*instance, 3)
-	for i := range insts {
-		env := map[string]string{
-			"HTTP_ADDR": freeAddr(t), "MYSQL_DSN": r.mysqlDSN, "REDIS_ADDR": r.redis, "REDIS_DB": strconv.Itoa(r.redisDB),
-			"JWT_SECRET": testSecret, "ADMIN_PHONES": adminPhone, "AUTH_DEV_CODES": "true",
-			"MYSQL_MAX_OPEN_CONNS": "10", "SECKILL_MODE": mode,
-			"STOCK_HOLD": "3s", "SWEEP_EVERY": "500ms", "CLAIM_IDLE": "2s",
-			// 600 logins from 127.0.0.1: the code limits off, as in stack.env.
-			"AUTH_CODE_INTERVAL": "0", "AUTH_CODES_PER_DAY": "0", "AUTH_CODES_PER_ADDR_PER_MIN": "0",
-		}
-		switch {
-		case r.sentinel != nil:
-			delete(env, "REDIS_ADDR")
-			env["REDIS_ADDRS"] = strings.Join(r.sentinel.Addrs(), ",")
-			env["REDIS_MASTER_NAME"] = r.sentinel.Name
-		case r.cluster != nil:
-			delete(env, "REDIS_ADDR")
-			env["REDIS_ADDRS"] = strings.Join(r.cluster.Addrs(), ",")
-		}
-		insts[i] = start(t, env)
-	}
+	insts := r.instances(t, mode, 3)
 	const initial = 100
 	admin, _ := mustLogin(t, insts[0].Base, adminPhone)
 	vid := openVoucher(t, insts[0].Base, admin, initial)
@@ -368,6 +348,36 @@ func newRig(t *testing.T, own string) *rig {
 		r.redis, r.checkRd, r.redisDB = r.rd.Addr(), testenv.RedisAddr(t), 12
 	}
 	return r
+}
+
+// instances starts n instances in mode on the rig's servers.
+func (r *rig) instances(t *testing.T, mode string, n int, extra ...string) []*instance {
+	t.Helper()
+	insts := make([]*instance, n)
+	for i := range insts {
+		env := map[string]string{
+			"HTTP_ADDR": freeAddr(t), "MYSQL_DSN": r.mysqlDSN, "REDIS_ADDR": r.redis, "REDIS_DB": strconv.Itoa(r.redisDB),
+			"JWT_SECRET": testSecret, "PAYMENT_WEBHOOK_SECRET": testPaySecret, "ADMIN_PHONES": adminPhone, "AUTH_DEV_CODES": "true",
+			"MYSQL_MAX_OPEN_CONNS": "10", "SECKILL_MODE": mode,
+			"STOCK_HOLD": "3s", "SWEEP_EVERY": "500ms", "CLAIM_IDLE": "2s",
+			// 600 logins from 127.0.0.1: the code limits off, as in stack.env.
+			"AUTH_CODE_INTERVAL": "0", "AUTH_CODES_PER_DAY": "0", "AUTH_CODES_PER_ADDR_PER_MIN": "0",
+		}
+		switch {
+		case r.sentinel != nil:
+			delete(env, "REDIS_ADDR")
+			env["REDIS_ADDRS"] = strings.Join(r.sentinel.Addrs(), ",")
+			env["REDIS_MASTER_NAME"] = r.sentinel.Name
+		case r.cluster != nil:
+			delete(env, "REDIS_ADDR")
+			env["REDIS_ADDRS"] = strings.Join(r.cluster.Addrs(), ",")
+		}
+		for k := 0; k+1 < len(extra); k += 2 {
+			env[extra[k]] = extra[k+1]
+		}
+		insts[i] = start(t, env)
+	}
+	return insts
 }
 
 func withParseTime(t *testing.T, dsn string) string {

@@ -24,8 +24,9 @@ import (
 // child processes where a test must kill one.
 
 const (
-	testSecret = "test-secret-0123456789abcdef0123456789" // 38 bytes: JWT_SECRET needs 32
-	adminPhone = "13800000000"
+	testSecret    = "test-secret-0123456789abcdef0123456789"    // 38 bytes: JWT_SECRET needs 32
+	testPaySecret = "test-pay-secret-0123456789abcdef012345678" // PAYMENT_WEBHOOK_SECRET needs 32 too
+	adminPhone    = "13800000000"
 )
 
 // stack is one MySQL database and one Redis database that instances share.
@@ -51,15 +52,16 @@ func newStack(t *testing.T, redisDB int) stack {
 // env is the environment of an instance on s listening on addr.
 func (s stack) env(addr string, extra ...string) map[string]string {
 	e := map[string]string{
-		"HTTP_ADDR":            addr,
-		"MYSQL_DSN":            s.DSN,
-		"REDIS_ADDR":           testenvRedisAddr(),
-		"REDIS_DB":             strconv.Itoa(s.RedisDB),
-		"JWT_SECRET":           testSecret,
-		"ADMIN_PHONES":         adminPhone,
-		"AUTH_DEV_CODES":       "true",
-		"MYSQL_MAX_OPEN_CONNS": "10",
-		"SWEEP_EVERY":          "500ms",
+		"HTTP_ADDR":              addr,
+		"MYSQL_DSN":              s.DSN,
+		"REDIS_ADDR":             testenvRedisAddr(),
+		"REDIS_DB":               strconv.Itoa(s.RedisDB),
+		"JWT_SECRET":             testSecret,
+		"PAYMENT_WEBHOOK_SECRET": testPaySecret,
+		"ADMIN_PHONES":           adminPhone,
+		"AUTH_DEV_CODES":         "true",
+		"MYSQL_MAX_OPEN_CONNS":   "10",
+		"SWEEP_EVERY":            "500ms",
 		// The tests log hundreds of users in from 127.0.0.1, and the
 		// admin phone again and again in one Redis database, so the
 		// limits on sending login codes are off (the guess limits stay).

@@ -96,10 +96,16 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	r.POST("/vouchers", authn, admin, vouchers.Create)
 	r.GET("/vouchers/:id", vouchers.Get)
 
-	// The sale (package order).
-	orders := order.NewHandler(a.orders, log)
+	// The sale, and the order's life after it (package order): paid
+	// through the provider, whose webhook carries a signature instead of a
+	// token, cancelled, refunded.
+	orders := order.NewHandler(a.orders, cfg.PaymentSecret, time.Now, log)
 	r.POST(seckillRoute, authn, throttle, orders.Seckill)
 	r.GET("/orders/:id", authn, orders.Get)
+	r.POST("/orders/:id/pay", authn, orders.Pay)
+	r.POST("/orders/:id/cancel", authn, orders.Cancel)
+	r.POST("/orders/:id/refund", authn, orders.Refund)
+	r.POST("/payments/webhook", orders.Webhook)
 
 	// Async mode's queue, for admins (package order/queue). In sync mode
 	// nothing is queued (what an earlier async run left shows), and a

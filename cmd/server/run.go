@@ -98,6 +98,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer stopDrain()
 	var bg sync.WaitGroup
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
+	bg.Go(func() { app.orders.RunExpirer(bgCtx, cfg.SweepEvery) })
 	bg.Go(func() { app.live.Run(bgCtx) })
 	if app.consumers != nil {
 		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })

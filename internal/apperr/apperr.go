@@ -25,6 +25,7 @@ const (
 	Ended           Code = "ended"
 	SoldOut         Code = "sold_out"
 	AlreadyOrdered  Code = "already_ordered"
+	InvalidState    Code = "invalid_state"
 	Busy            Code = "busy"
 	Unavailable     Code = "unavailable"
 	Internal        Code = "internal"
@@ -40,6 +41,7 @@ var status = map[Code]int{
 	Ended:           http.StatusConflict,
 	SoldOut:         http.StatusConflict,
 	AlreadyOrdered:  http.StatusConflict,
+	InvalidState:    http.StatusConflict,
 	Busy:            http.StatusTooManyRequests,
 	Unavailable:     http.StatusServiceUnavailable,
 	Internal:        http.StatusInternalServerError,

@@ -9,10 +9,10 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"seckill/internal/apperr"
+	"seckill/internal/web"
 )
 
 // Crowd is a built-in simulated crowd: users who each press a voucher's buy
@@ -21,14 +21,10 @@ import (
 // buyers). It is for demonstrations: the users are real rows, with the
 // phones crowdPhone names.
 type Crowd struct {
-	tokens func(ctx context.Context, phone string) (string, error)
-	log    *slog.Logger
-
-	target  atomic.Pointer[http.Handler]
-	ctx     context.Context
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	running sync.Map // voucher ID -> struct{}
+	*web.Loopback // the server's router, the crowd's target; and the crowds' lifetime
+	tokens        func(ctx context.Context, phone string) (string, error)
+	log           *slog.Logger
+	running       sync.Map // voucher ID -> struct{}
 }
 
 // CrowdInput is the body of POST /live/{voucherId}/crowd.
@@ -50,20 +46,10 @@ const (
 var ErrCrowdRunning = apperr.New(apperr.Busy, "a crowd is already buying this voucher")
 
 // NewCrowd returns a Crowd that signs its users in with tokens.
+// SetTarget names the router the presses go to, and Close stops the
+// crowds and waits for them (web.Loopback).
 func NewCrowd(tokens func(ctx context.Context, phone string) (string, error), log *slog.Logger) *Crowd {
-	c := &Crowd{tokens: tokens, log: log}
-	c.ctx, c.stop = context.WithCancel(context.Background())
-	return c
-}
-
-// SetTarget names the handler the crowd's requests go to: the server's
-// router, which is built after the Crowd it serves.
-func (c *Crowd) SetTarget(h http.Handler) { c.target.Store(&h) }
-
-// Close stops the crowds and waits for them.
-func (c *Crowd) Close() {
-	c.stop()
-	c.wg.Wait()
+	return &Crowd{Loopback: web.NewLoopback(), tokens: tokens, log: log}
 }
 
 // Start sends a crowd at voucherID in the background; it returns the
@@ -78,15 +64,15 @@ func (c *Crowd) Start(voucherID int64, in CrowdInput) (CrowdInput, error) {
 	if in.Users < 1 || in.Users > maxCrowd || in.Rate < 1 || in.Rate > maxRate {
 		return in, apperr.Invalid(fmt.Sprintf("users must be between 1 and %d, rate between 1 and %d", maxCrowd, maxRate))
 	}
-	if c.target.Load() == nil {
+	if !c.Ready() {
 		return in, errors.New("live: crowd has no target")
 	}
 	if _, busy := c.running.LoadOrStore(voucherID, struct{}{}); busy {
 		return in, ErrCrowdRunning
 	}
-	c.wg.Go(func() {
+	c.Go(func() {
 		defer c.running.Delete(voucherID)
-		if err := c.run(voucherID, in); err != nil && c.ctx.Err() == nil {
+		if err := c.run(voucherID, in); err != nil && c.Context().Err() == nil {
 			c.log.Warn("live: crowd", "voucher", voucherID, "err", err)
 		}
 	})
@@ -105,25 +91,24 @@ func (c *Crowd) Start(voucherID int64, in CrowdInput) (CrowdInput, error) {
 func crowdPhone(i int) string { return fmt.Sprintf("100%08d", i) }
 
 func (c *Crowd) run(voucherID int64, in CrowdInput) error {
+	ctx := c.Context()
 	tokens := make([]string, in.Users)
 	for i := range tokens {
-		t, err := c.tokens(c.ctx, crowdPhone(i))
+		t, err := c.tokens(ctx, crowdPhone(i))
 		if err != nil {
 			return fmt.Errorf("sign in user %d of the crowd: %w", i, err)
 		}
 		tokens[i] = t
 	}
-	target := *c.target.Load()
 	path := "/seckill/" + strconv.FormatInt(voucherID, 10)
 	presses := make(chan string)
 	var workers sync.WaitGroup
 	for range 32 {
 		workers.Go(func() {
 			for token := range presses {
-				req := httptest.NewRequestWithContext(c.ctx, http.MethodPost, path, nil)
+				req := httptest.NewRequestWithContext(ctx, http.MethodPost, path, nil)
 				req.Header.Set("Authorization", "Bearer "+token)
-				req.RemoteAddr = "127.0.0.1:1"
-				target.ServeHTTP(httptest.NewRecorder(), req)
+				c.Serve(req)
 			}
 		})
 	}
@@ -136,13 +121,13 @@ func (c *Crowd) run(voucherID int64, in CrowdInput) error {
 			next = next.Add(every)
 			if d := time.Until(next); d > 0 {
 				select {
-				case <-c.ctx.Done():
+				case <-ctx.Done():
 					return nil
 				case <-time.After(d):
 				}
 			}
 			select {
-			case <-c.ctx.Done():
+			case <-ctx.Done():
 				return nil
 			case presses <- token:
 			}

@@ -26,7 +26,13 @@ type Figures struct {
 	// missing, until the next request reloads them).
 	RedisLeft *int64 `json:"redis_left"`
 	MySQLLeft int64  `json:"mysql_left"`
-	Orders    int64  `json:"orders"`
+	// Orders are the orders that hold a unit: unpaid or paid.
+	Orders int64 `json:"orders"`
+	// Paid, Cancelled and Refunded count the orders in each state; the
+	// units of the cancelled and refunded ones are back on sale.
+	Paid      int64 `json:"paid"`
+	Cancelled int64 `json:"cancelled"`
+	Refunded  int64 `json:"refunded"`
 	// Holds: MySQLLeft + Orders = Initial, read in one statement.
 	Holds bool `json:"invariant_holds"`
 	// PerSecond counts the answers of the last whole second, of every
@@ -70,9 +76,16 @@ func (s *Source) Read(ctx context.Context, voucherID int64) (Figures, error) {
 	f := Figures{At: now.UTC(), Voucher: strconv.FormatInt(voucherID, 10), Title: v.Title, Open: v.Open(now) == nil, Initial: v.InitialStock}
 
 	// One statement, so one snapshot: the stock and the orders as of the
-	// same moment, whatever commits meanwhile.
-	row := s.db.WithContext(ctx).Raw(`SELECT stock, (SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ?) FROM vouchers WHERE id = ?`, voucherID, voucherID).Row()
-	if err := row.Scan(&f.MySQLLeft, &f.Orders); err != nil {
+	// same moment, whatever commits meanwhile. 'created' is an unpaid
+	// order written by a version before the lifecycle.
+	row := s.db.WithContext(ctx).Raw(`SELECT v.stock,
+			COALESCE(SUM(o.status IN ('unpaid', 'paid', 'created')), 0),
+			COALESCE(SUM(o.status = 'paid'), 0),
+			COALESCE(SUM(o.status = 'cancelled'), 0),
+			COALESCE(SUM(o.status = 'refunded'), 0)
+		FROM vouchers v LEFT JOIN voucher_orders o ON o.voucher_id = v.id
+		WHERE v.id = ? GROUP BY v.id, v.stock`, voucherID).Row()
+	if err := row.Scan(&f.MySQLLeft, &f.Orders, &f.Paid, &f.Cancelled, &f.Refunded); err != nil {
 		return Figures{}, fmt.Errorf("read the sale in MySQL: %w", err)
 	}
 	f.Holds = f.MySQLLeft+f.Orders == f.Initial

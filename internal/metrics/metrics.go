@@ -60,6 +60,10 @@ type Metrics struct {
 	consumer  prometheus.Observer
 	reclaimed prometheus.Counter
 	drift     prometheus.Counter
+	paid      prometheus.Counter
+	cancelled map[string]prometheus.Counter // by reason; read-only after New
+	refunded  prometheus.Counter
+	returned  prometheus.Counter
 }
 
 // codes are the contract's error codes (apperr), each a value of the
@@ -67,7 +71,7 @@ type Metrics struct {
 var codes = []apperr.Code{
 	apperr.InvalidArgument, apperr.Unauthorized, apperr.Forbidden, apperr.NotFound,
 	apperr.NotStarted, apperr.Ended, apperr.SoldOut, apperr.AlreadyOrdered,
-	apperr.Busy, apperr.Unavailable, apperr.Internal,
+	apperr.InvalidState, apperr.Busy, apperr.Unavailable, apperr.Internal,
 }
 
 // The values of the stage and result labels: what package order reports
@@ -77,6 +81,7 @@ var codes = []apperr.Code{
 var (
 	stageNames      = []string{"stock", "lock", "commit"}
 	lockResultNames = []string{"obtained", "contended", "lost"}
+	cancelReasons   = []string{"buyer", "timeout"}
 )
 
 // Buckets. A stage takes well under a millisecond when all is well and
@@ -151,7 +156,24 @@ func New(log *slog.Logger) *Metrics {
 		Help: "Times the sweeper found a voucher's stock in Redis different from MySQL's and set it to MySQL's.",
 	})
 	m.drift = drift
-	reg.MustRegister(answers, request, stages, locks, committed, consumer, reclaimed, drift)
+	lifecycle := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		reg.MustRegister(c)
+		return c
+	}
+	m.paid = lifecycle("seckill_orders_paid_total", "Orders paid: payment events applied (POST /payments/webhook).")
+	m.refunded = lifecycle("seckill_orders_refunded_total", "Paid orders refunded, by their buyer or an admin.")
+	m.returned = lifecycle("seckill_units_returned_total",
+		"Units of cancelled and refunded orders put back on sale in Redis. Equal, at rest, to cancelled plus refunded orders.")
+	cancelled := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_orders_cancelled_total",
+		Help: "Unpaid orders cancelled: by their buyer, or by their deadline (timeout).",
+	}, []string{"reason"})
+	m.cancelled = map[string]prometheus.Counter{}
+	for _, r := range cancelReasons {
+		m.cancelled[r] = cancelled.WithLabelValues(r)
+	}
+	reg.MustRegister(answers, request, stages, locks, committed, consumer, reclaimed, drift, cancelled)
 	return m
 }
 
@@ -222,6 +244,22 @@ func (m *Metrics) Reclaimed() { m.reclaimed.Inc() }
 
 // DriftCorrected implements order.Observer.
 func (m *Metrics) DriftCorrected() { m.drift.Inc() }
+
+// Paid implements order.Observer.
+func (m *Metrics) Paid() { m.paid.Inc() }
+
+// Cancelled implements order.Observer.
+func (m *Metrics) Cancelled(reason string) {
+	if c, ok := m.cancelled[reason]; ok {
+		c.Inc()
+	}
+}
+
+// Refunded implements order.Observer.
+func (m *Metrics) Refunded() { m.refunded.Inc() }
+
+// Returned implements order.Observer.
+func (m *Metrics) Returned() { m.returned.Inc() }
 
 // ConsumerBatch counts one transaction of async mode's consumer that
 // settled n entries (queue.Config.OnBatch).

@@ -25,6 +25,9 @@ func TestObserverKnowsOrdersNames(t *testing.T) {
 	for _, r := range []string{order.LockObtained, order.LockContended, order.LockLost} {
 		obs.UserLock(r)
 	}
+	for _, r := range []string{order.CancelByBuyer, order.CancelTimeout} {
+		obs.Cancelled(r)
+	}
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	page := rec.Body.String()
@@ -35,6 +38,8 @@ func TestObserverKnowsOrdersNames(t *testing.T) {
 		`seckill_user_lock_total{result="obtained"} 1`,
 		`seckill_user_lock_total{result="contended"} 1`,
 		`seckill_user_lock_total{result="lost"} 1`,
+		`seckill_orders_cancelled_total{reason="buyer"} 1`,
+		`seckill_orders_cancelled_total{reason="timeout"} 1`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("no %s in the metrics", want)

@@ -124,26 +124,26 @@ func (m asyncMode) accepted(ctx context.Context, id int64) (*Order, error) {
 // written to MySQL before the snapshot is in the snapshot; one written
 // after it is counted as queued. No entry for the voucher can be added
 // meanwhile, because its stock key is missing.
-func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (left int64, buyers []int64, err error) {
+func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (snapshot, error) {
 	queued, err := m.queue.Queued(ctx, voucherID)
 	if err != nil {
-		return 0, nil, err
+		return snapshot{}, err
 	}
 	ids := make([]int64, len(queued))
 	for i, e := range queued {
 		ids[i] = e.OrderID
 	}
-	left, buyers, written, err := snapshotWith(ctx, m.db, voucherID, ids)
+	snap, written, err := snapshotWith(ctx, m.db, voucherID, ids)
 	if err != nil {
-		return 0, nil, err
+		return snapshot{}, err
 	}
 	for _, e := range queued {
 		if !written[e.OrderID] {
-			left--
-			buyers = append(buyers, e.UserID)
+			snap.Left--
+			snap.Buyers = append(snap.Buyers, e.UserID)
 		}
 	}
-	return left, buyers, nil
+	return snap, nil
 }
 
 // quiet reports whether every order of voucherID accepted in the stream

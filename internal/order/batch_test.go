@@ -23,8 +23,8 @@ func TestWriteBatchTellsCollisionFromRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().UTC().Truncate(time.Millisecond)
-	a := Order{ID: 1001, UserID: 1, VoucherID: vid, Status: StatusCreated, CreatedAt: at}
-	b := Order{ID: 1001, UserID: 2, VoucherID: vid, Status: StatusCreated, CreatedAt: at}
+	a := Order{ID: 1001, UserID: 1, VoucherID: vid, Status: StatusUnpaid, CreatedAt: at}
+	b := Order{ID: 1001, UserID: 2, VoucherID: vid, Status: StatusUnpaid, CreatedAt: at}
 
 	outcome, err := transact(ctx, db, func(tx *gorm.DB) error { return writeBatch(tx, []Order{a, b}) })
 	if outcome != NotWritten || !errors.Is(err, errIDCollision) {

@@ -26,6 +26,16 @@ type Observer interface {
 	// DriftCorrected reports that the sweeper set a voucher's Redis stock
 	// to MySQL's.
 	DriftCorrected()
+	// Paid reports an order paid (an applied payment event).
+	Paid()
+	// Cancelled reports an order cancelled, for reason CancelByBuyer or
+	// CancelTimeout.
+	Cancelled(reason string)
+	// Refunded reports an order refunded.
+	Refunded()
+	// Returned reports a unit of a cancelled or refunded order back on
+	// sale in Redis.
+	Returned()
 }
 
 // The timed stages of a seckill request.
@@ -61,3 +71,7 @@ func (nobody) UserLock(string)             {}
 func (nobody) Committed(int)               {}
 func (nobody) Reclaimed()                  {}
 func (nobody) DriftCorrected()             {}
+func (nobody) Paid()                       {}
+func (nobody) Cancelled(string)            {}
+func (nobody) Refunded()                   {}
+func (nobody) Returned()                   {}

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"seckill/internal/apperr"
+	"seckill/internal/voucher"
 )
 
 // Order is a row of voucher_orders.
@@ -49,16 +50,55 @@ type Order struct {
 	VoucherID int64
 	Status    string
 	CreatedAt time.Time
+	// Amount is what the buyer pays, in cents: the voucher's price when
+	// the order was taken.
+	Amount int64
+	// PayBy is when an unpaid order is cancelled: CreatedAt + the
+	// voucher's pay_within. Nil only on a row an instance of a version
+	// before the lifecycle wrote, which Expire then completes.
+	PayBy        *time.Time
+	PaidAt       *time.Time
+	CancelledAt  *time.Time
+	RefundedAt   *time.Time
+	CancelReason *string
+	// Bucket is the Redis bucket the unit came from, where it goes back
+	// (package stock, buckets.go).
+	Bucket int
 }
 
 // TableName is the contract's table name.
 func (Order) TableName() string { return "voucher_orders" }
 
-// Order statuses.
+// newOrder is the order of userID for a unit of v taken at at from
+// bucket, under the ID id: unpaid, at v's price, to be paid within v's
+// pay_within.
+func newOrder(v *voucher.Voucher, id, userID int64, at time.Time, bucket int) Order {
+	at = at.UTC().Truncate(time.Millisecond)
+	payBy := at.Add(time.Duration(v.PayWithin) * time.Second)
+	return Order{ID: id, UserID: userID, VoucherID: v.ID, Status: StatusUnpaid, CreatedAt: at, Amount: v.Price, PayBy: &payBy, Bucket: bucket}
+}
+
+// Order statuses. An order is pending (async mode) until its row is
+// written, then unpaid; an unpaid order becomes paid (the payment
+// provider's webhook) or cancelled (its buyer, or its deadline); a paid one
+// may be refunded. Those transitions, and no others (lifecycle.go).
 const (
-	StatusPending = "pending" // accepted in Redis, not yet in MySQL (async mode)
-	StatusCreated = "created"
-	StatusFailed  = "failed" // accepted, but MySQL refused it (see the dead letters)
+	StatusPending   = "pending" // accepted in Redis, not yet in MySQL (async mode)
+	StatusUnpaid    = "unpaid"
+	StatusPaid      = "paid"
+	StatusCancelled = "cancelled" // final; the unit is back on sale
+	StatusRefunded  = "refunded"  // final; the unit is back on sale
+	StatusFailed    = "failed"    // accepted, but MySQL refused it (see the dead letters)
+	// statusCreated is what versions before the lifecycle wrote for an
+	// order: read as unpaid (an instance of one may still write it during
+	// an upgrade), and never answered.
+	statusCreated = "created"
+)
+
+// Why an order was cancelled.
+const (
+	CancelByBuyer = "buyer"
+	CancelTimeout = "timeout"
 )
 
 var (
@@ -70,19 +110,44 @@ var (
 
 // View is an order as the API shows it.
 type View struct {
-	ID        string    `json:"id"`
-	UserID    string    `json:"user_id"`
-	VoucherID string    `json:"voucher_id"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
+	ID           string     `json:"id"`
+	UserID       string     `json:"user_id"`
+	VoucherID    string     `json:"voucher_id"`
+	Status       string     `json:"status"`
+	CreatedAt    time.Time  `json:"created_at"`
+	Amount       int64      `json:"amount"`
+	PayBy        *time.Time `json:"pay_by,omitempty"`
+	PaidAt       *time.Time `json:"paid_at,omitempty"`
+	CancelledAt  *time.Time `json:"cancelled_at,omitempty"`
+	RefundedAt   *time.Time `json:"refunded_at,omitempty"`
+	CancelReason string     `json:"cancel_reason,omitempty"`
 }
 
 func (o *Order) view() View {
-	return View{
-		ID:        strconv.FormatInt(o.ID, 10),
-		UserID:    strconv.FormatInt(o.UserID, 10),
-		VoucherID: strconv.FormatInt(o.VoucherID, 10),
-		Status:    o.Status,
-		CreatedAt: o.CreatedAt.UTC(),
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
 	}
+	v := View{
+		ID:          strconv.FormatInt(o.ID, 10),
+		UserID:      strconv.FormatInt(o.UserID, 10),
+		VoucherID:   strconv.FormatInt(o.VoucherID, 10),
+		Status:      o.Status,
+		CreatedAt:   o.CreatedAt.UTC(),
+		Amount:      o.Amount,
+		PayBy:       utc(o.PayBy),
+		PaidAt:      utc(o.PaidAt),
+		CancelledAt: utc(o.CancelledAt),
+		RefundedAt:  utc(o.RefundedAt),
+	}
+	if v.Status == statusCreated {
+		v.Status = StatusUnpaid
+	}
+	if o.CancelReason != nil {
+		v.CancelReason = *o.CancelReason
+	}
+	return v
 }

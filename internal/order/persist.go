@@ -7,20 +7,36 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/order/queue"
+	"seckill/internal/voucher"
 )
 
 // QueueWriter returns the queue.Writer of async mode's consumers: it
 // writes the orders they read from the stream to db, each batch in one
-// transaction (writeBatch), and says what became of them.
-func QueueWriter(db *gorm.DB) queue.Writer { return queueWriter{db} }
+// transaction (writeBatch), and says what became of them. vouchers gives
+// each order its amount and deadline.
+func QueueWriter(db *gorm.DB, vouchers *voucher.Service) queue.Writer {
+	return queueWriter{db, vouchers}
+}
 
-type queueWriter struct{ db *gorm.DB }
+type queueWriter struct {
+	db       *gorm.DB
+	vouchers *voucher.Service
+}
 
 // Write writes entries as order rows, skipping those written before.
 func (w queueWriter) Write(ctx context.Context, entries []queue.Entry) (queue.Verdict, error) {
 	orders := make([]Order, len(entries))
 	for i, e := range entries {
-		orders[i] = Order{ID: e.OrderID, UserID: e.UserID, VoucherID: e.VoucherID, Status: StatusCreated, CreatedAt: e.At}
+		v, err := w.vouchers.Find(ctx, e.VoucherID)
+		if errors.Is(err, voucher.ErrNotFound) {
+			// No such voucher in MySQL: the guarded UPDATE finds no unit
+			// for it, and the entry is dead-lettered as sold out.
+			v, err = &voucher.Voucher{ID: e.VoucherID, PayWithin: voucher.DefaultPayWithin}, nil
+		}
+		if err != nil {
+			return queue.Later, err
+		}
+		orders[i] = newOrder(v, e.OrderID, e.UserID, e.At, 0)
 	}
 	write := func(tx *gorm.DB) error { return writeBatch(tx, orders) }
 	outcome, err := transact(ctx, w.db, write)

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"gorm.io/gorm"
+
+	"seckill/internal/stock"
 )
 
 // insert writes one order inside a transaction, and takes its unit from
@@ -24,8 +26,8 @@ import (
 // the last unit (a lost update). With the condition in the UPDATE, InnoDB
 // re-checks it under the row lock, and 0 rows affected means sold out.
 func insert(tx *gorm.DB, o *Order) error {
-	err := tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at) VALUES (?, ?, ?, ?, ?)",
-		o.ID, o.UserID, o.VoucherID, o.Status, o.CreatedAt).Error
+	err := tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at, amount, pay_by, bucket) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+		o.ID, o.UserID, o.VoucherID, o.Status, o.CreatedAt, o.Amount, o.PayBy, o.Bucket).Error
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
 		if err := duplicate(tx, o); err != nil {
 			return err
@@ -85,24 +87,45 @@ func find(ctx context.Context, db *gorm.DB, id int64) (*Order, error) {
 	return &o, nil
 }
 
-// snapshot reads a voucher's stock left and its buyers as of one moment:
-// both SELECTs run in one REPEATABLE READ transaction, so they see the same
-// snapshot and agree with each other.
-func snapshot(ctx context.Context, db *gorm.DB, voucherID int64) (stock int64, buyers []int64, err error) {
-	stock, buyers, _, err = snapshotWith(ctx, db, voucherID, nil)
-	return stock, buyers, err
+// A snapshot is a voucher's figures in MySQL as of one moment, what a
+// reload puts back in Redis: the units left, the buyers (every order
+// counts, cancelled and refunded ones too: one order per user, for life),
+// and the units MySQL took back that Redis has not yet (stock_returns):
+// they are in Left, and must not be added to Redis again.
+type snapshot struct {
+	Left     int64
+	Buyers   []int64
+	Returned []stock.Returned
 }
 
-// snapshotWith is snapshot, also telling which of orderIDs exist in the
+// snapshotOf reads a voucher's snapshot: every SELECT runs in one
+// REPEATABLE READ transaction, so they see the same moment and agree with
+// each other.
+func snapshotOf(ctx context.Context, db *gorm.DB, voucherID int64) (snapshot, error) {
+	snap, _, err := snapshotWith(ctx, db, voucherID, nil)
+	return snap, err
+}
+
+// snapshotWith is snapshotOf, also telling which of orderIDs exist in the
 // same snapshot.
-func snapshotWith(ctx context.Context, db *gorm.DB, voucherID int64, orderIDs []int64) (stock int64, buyers []int64, exist map[int64]bool, err error) {
+func snapshotWith(ctx context.Context, db *gorm.DB, voucherID int64, orderIDs []int64) (snap snapshot, exist map[int64]bool, err error) {
 	exist = map[int64]bool{}
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&stock).Error; err != nil {
+		if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&snap.Left).Error; err != nil {
 			return err
 		}
-		if err := tx.Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ?", voucherID).Scan(&buyers).Error; err != nil {
+		if err := tx.Raw("SELECT user_id FROM voucher_orders WHERE voucher_id = ?", voucherID).Scan(&snap.Buyers).Error; err != nil {
 			return err
+		}
+		var returns []struct {
+			OrderID int64
+			Bucket  int
+		}
+		if err := tx.Raw("SELECT order_id, bucket FROM stock_returns WHERE voucher_id = ?", voucherID).Scan(&returns).Error; err != nil {
+			return err
+		}
+		for _, r := range returns {
+			snap.Returned = append(snap.Returned, stock.Returned{Order: r.OrderID, Bucket: r.Bucket})
 		}
 		for ids := range slices.Chunk(orderIDs, 1000) {
 			var found []int64
@@ -116,19 +139,26 @@ func snapshotWith(ctx context.Context, db *gorm.DB, voucherID int64, orderIDs []
 		return nil
 	})
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("snapshot voucher %d: %w", voucherID, err)
+		return snapshot{}, nil, fmt.Errorf("snapshot voucher %d: %w", voucherID, err)
 	}
-	return stock, buyers, exist, nil
+	return snap, exist, nil
 }
 
-// stockLeft reads vouchers.stock.
-func stockLeft(ctx context.Context, db *gorm.DB, voucherID int64) (int64, error) {
-	var n []int64
-	if err := db.WithContext(ctx).Raw("SELECT stock FROM vouchers WHERE id = ?", voucherID).Scan(&n).Error; err != nil {
-		return 0, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
+// stockLeft reads vouchers.stock, and whether MySQL took back units of
+// the voucher that Redis has not yet (stock_returns): until they are in
+// Redis, its count is lower than MySQL's for a reason. One statement, so
+// that the two agree.
+func stockLeft(ctx context.Context, db *gorm.DB, voucherID int64) (left int64, returning bool, err error) {
+	var rows []struct {
+		Stock          int64
+		PendingReturns int64
 	}
-	if len(n) == 0 {
-		return 0, fmt.Errorf("read stock of voucher %d: no such voucher", voucherID)
+	err = db.WithContext(ctx).Raw("SELECT stock, (SELECT COUNT(*) FROM stock_returns WHERE voucher_id = ?) AS pending_returns FROM vouchers WHERE id = ?", voucherID, voucherID).Scan(&rows).Error
+	if err != nil {
+		return 0, false, fmt.Errorf("read stock of voucher %d: %w", voucherID, err)
 	}
-	return n[0], nil
+	if len(rows) == 0 {
+		return 0, false, fmt.Errorf("read stock of voucher %d: no such voucher", voucherID)
+	}
+	return rows[0].Stock, rows[0].PendingReturns > 0, nil
 }

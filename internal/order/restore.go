@@ -50,14 +50,14 @@ func (s *Service) reload(ctx context.Context, voucherID int64, buckets int) erro
 		if _, ok, err := s.stocks.Left(ctx, voucherID, buckets); err != nil || ok {
 			return apperr.Down(err) // nil if another instance reloaded it
 		}
-		left, buyers, err := s.mode.stockAt(ctx, voucherID)
+		snap, err := s.mode.stockAt(ctx, voucherID)
 		if err != nil {
 			return apperr.Down(err)
 		}
-		if _, err := s.stocks.Load(ctx, voucherID, buckets, left, buyers); err != nil {
+		if _, err := s.stocks.Load(ctx, voucherID, buckets, snap.Left, snap.Buyers, snap.Returned); err != nil {
 			return apperr.Down(err)
 		}
-		s.log.InfoContext(ctx, "reloaded stock from MySQL", "voucher", voucherID, "stock", left, "buyers", len(buyers))
+		s.log.InfoContext(ctx, "reloaded stock from MySQL", "voucher", voucherID, "stock", snap.Left, "buyers", len(snap.Buyers))
 		return nil
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"seckill/internal/idworker"
 	"seckill/internal/lock"
 	"seckill/internal/order/queue"
+	"seckill/internal/payment"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
@@ -35,7 +36,9 @@ type Config struct {
 	// sold out and answers sold_out without asking Redis: the cheapest
 	// answer to the flood that follows a sale. It is remembered only when
 	// no request held a unit that could come back, so what reopens a sale
-	// is rare (a reconciliation after Redis lost data); 0 turns it off.
+	// is rare (a reconciliation after Redis lost data, a cancelled order's
+	// unit, which then waits this long for this instance's buyers); 0
+	// turns it off.
 	SoldOutMemo time.Duration
 	// Async accepts orders in Redis and leaves writing them to a
 	// consumer (async.go, package order/queue); otherwise the row is
@@ -47,6 +50,11 @@ type Config struct {
 	// Observer is told the stages' timings and what the lock, the group
 	// commit and the sweeper did (observe.go); nil tells nobody.
 	Observer Observer
+	// Provider is the payment provider: it charges buyers (Pay) and gives
+	// refunds (Refund). Nil: no payments are taken here (Pay answers
+	// unavailable), though the webhook still applies the provider's
+	// events.
+	Provider payment.Provider
 }
 
 // DefaultConfig suits a stock hold of 15s.
@@ -99,10 +107,11 @@ type mode interface {
 	place(ctx context.Context, v *voucher.Voucher, userID int64) (int64, error)
 	// accepted returns an order taken but not yet a row, or nil.
 	accepted(ctx context.Context, id int64) (*Order, error)
-	// stockAt reads, as of one moment, the units of voucherID left and its
-	// buyers, counting the orders on their way to MySQL: what a reload
-	// puts back in Redis after Redis lost it.
-	stockAt(ctx context.Context, voucherID int64) (left int64, buyers []int64, err error)
+	// stockAt reads, as of one moment, the units of voucherID left, its
+	// buyers and the units MySQL took back that Redis has not, counting
+	// the orders on their way to MySQL: what a reload puts back in Redis
+	// after Redis lost it.
+	stockAt(ctx context.Context, voucherID int64) (snapshot, error)
 	// quiet reports whether no order of voucherID is on its way to MySQL,
 	// so that Redis' count may be compared with MySQL's.
 	quiet(ctx context.Context, voucherID int64) (bool, error)
@@ -187,7 +196,7 @@ func (m syncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (
 	// it into an order row or gives it back, or, when nobody can tell which
 	// (MySQL stopped answering right after a COMMIT), leaves it under its
 	// hold for the Sweeper, which asks MySQL again later.
-	id, outcome, err := m.write(ctx, voucherID, userID, id)
+	id, outcome, err := m.write(ctx, v, userID, id, h.From)
 	switch outcome {
 	case NotWritten:
 		m.settleFailure(ctx, h, err)
@@ -259,10 +268,11 @@ func (m syncMode) take(ctx context.Context, v *voucher.Voucher, userID int64) (s
 // when all is well, and the lock lasts at most its TTL when it is not.
 func busyRetry() error { return apperr.RetryAfter(ErrBusy, time.Second) }
 
-// write writes the order under the user's lock, within WriteTimeout, and
-// returns its ID (id, or a new one if id was already used: see errIDTaken)
-// and what became of it.
-func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64, Outcome, error) {
+// write writes the order of the unit taken from bucket under the user's
+// lock, within WriteTimeout, and returns its ID (id, or a new one if id
+// was already used: see errIDTaken) and what became of it.
+func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int64, bucket int) (int64, Outcome, error) {
+	voucherID := v.ID
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.WriteTimeout)
 	defer cancel()
 
@@ -295,9 +305,9 @@ func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64
 	// if the watchdog finds the lock lost, the order is not written, or its
 	// transaction rolls back, instead of committing unprotected.
 	for {
-		o := &Order{ID: id, UserID: userID, VoucherID: voucherID, Status: StatusCreated, CreatedAt: m.now().UTC().Truncate(time.Millisecond)}
+		o := newOrder(v, id, userID, m.now(), bucket)
 		start := time.Now()
-		outcome, err := m.commits.commit(lk.Context(), o)
+		outcome, err := m.commits.commit(lk.Context(), &o)
 		m.obs.Stage(StageCommit, time.Since(start))
 		if outcome == Unknown {
 			// Ask MySQL, with a budget of its own (the write's may be
@@ -305,7 +315,7 @@ func (m syncMode) write(ctx context.Context, voucherID, userID, id int64) (int64
 			// the same way (a locking read) before it returns the unit,
 			// and a unit goes back at most once, whoever returns it.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.WriteTimeout)
-			outcome, err = resolve(rctx, m.db, o)
+			outcome, err = resolve(rctx, m.db, &o)
 			cancel()
 		}
 		if outcome != NotWritten || (!errors.Is(err, errIDTaken) && !errors.Is(err, errIDCollision)) {
@@ -348,8 +358,8 @@ func (syncMode) accepted(context.Context, int64) (*Order, error) { return nil, n
 
 // stockAt: in sync mode MySQL's figures are the truth; a unit under a
 // hold that fails comes back by GiveBack or the Sweeper.
-func (m syncMode) stockAt(ctx context.Context, voucherID int64) (int64, []int64, error) {
-	return snapshot(ctx, m.db, voucherID)
+func (m syncMode) stockAt(ctx context.Context, voucherID int64) (snapshot, error) {
+	return snapshotOf(ctx, m.db, voucherID)
 }
 
 // quiet: orders on their way are units under holds, which Reconcile
@@ -378,6 +388,16 @@ func (s *Service) Get(ctx context.Context, id, callerID int64, admin bool) (View
 	}
 	if o == nil || (!admin && o.UserID != callerID) {
 		return View{}, ErrNotFound
+	}
+	if o.PayBy == nil && o.Status != statusCreated {
+		// Not yet a row (async): its amount and deadline are the
+		// voucher's, as they will be in its row.
+		v, err := s.vouchers.Find(ctx, o.VoucherID)
+		if err != nil {
+			return View{}, err
+		}
+		n := newOrder(v, o.ID, o.UserID, o.CreatedAt, 0)
+		o.Amount, o.PayBy = n.Amount, n.PayBy
 	}
 	return o.view(), nil
 }

@@ -109,7 +109,13 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		if quiet, err := s.mode.quiet(ctx, voucherID); err != nil || !quiet {
 			return 0, stock.ErrNotNow
 		}
-		return stockLeft(ctx, s.db, voucherID)
+		// So do units MySQL took back (a cancel, a refund) that Redis
+		// has not yet (lifecycle.go).
+		left, returning, err := stockLeft(ctx, s.db, voucherID)
+		if err == nil && returning {
+			return 0, stock.ErrNotNow
+		}
+		return left, err
 	})
 	if fixed {
 		s.obs.DriftCorrected()
@@ -152,7 +158,22 @@ func (s *Service) ordersOf(ctx context.Context, voucherID int64, users []int64) 
 // one; a lock taken once per round (never waited for) lets one of them do
 // the round's work while the others skip it.
 func (s *Service) RunSweeper(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
+	periodically(ctx, every, func() {
+		// The lock is not released: it expires before the next tick, so
+		// the other instances skip this round even if the sweep was quick,
+		// and whoever comes first takes the next one.
+		if _, err := s.locks.Obtain(ctx, "sweeper", every*9/10); err != nil {
+			return // another instance sweeps this round, or Redis is down
+		}
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "sweep", "err", err)
+		}
+	})
+}
+
+// periodically calls fn every period until ctx is done.
+func periodically(ctx context.Context, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -160,14 +181,6 @@ func (s *Service) RunSweeper(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		// The lock is not released: it expires before the next tick, so
-		// the other instances skip this round even if the sweep was quick,
-		// and whoever comes first takes the next one.
-		if _, err := s.locks.Obtain(ctx, "sweeper", every*9/10); err != nil {
-			continue // another instance sweeps this round, or Redis is down
-		}
-		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "sweep", "err", err)
-		}
+		fn()
 	}
 }

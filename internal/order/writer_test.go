@@ -24,7 +24,7 @@ func TestFailedBatchIsWrittenByItsRequests(t *testing.T) {
 	}
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	order := func(id, user int64) *Order {
-		return &Order{ID: id, UserID: user, VoucherID: vid, Status: StatusCreated, CreatedAt: at}
+		return &Order{ID: id, UserID: user, VoucherID: vid, Status: StatusUnpaid, CreatedAt: at}
 	}
 	if err := db.Create(order(2000, 2)).Error; err != nil { // user 2 has an order already
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func BucketKeys(voucherID int64, n, b int) Keys {
 	}
 	w := (2*b + 1) * len(bucketTags) / (2 * n)
 	p := "seckill:{" + bucketTags[w] + "}:v" + strconv.FormatInt(voucherID, 10) + ":b" + strconv.Itoa(b) + ":"
-	return Keys{Stock: p + "stock", Buyers: p + "buyers", Holds: p + "holds", Claims: p + "claims"}
+	return Keys{Stock: p + "stock", Buyers: p + "buyers", Holds: p + "holds", Claims: p + "claims", Returned: p + "returned"}
 }
 
 // Home is the bucket where user is remembered as a buyer of a voucher of

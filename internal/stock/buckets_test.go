@@ -465,13 +465,13 @@ func TestBucketsLoadOneLost(t *testing.T) {
 		t.Fatal("Left with a bucket lost: ok")
 	}
 	// MySQL: 9 left (one sold, to buyer).
-	if loaded, err := s.Load(ctx, id, n, 9, []int64{buyer}); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, n, 9, []int64{buyer}, nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
 	if got := rdb.Get(ctx, k.Stock).Val(); got != "4" {
 		t.Fatalf("bucket 1 reloaded with %s, want 4", got)
 	}
-	if loaded, _ := s.Load(ctx, id, n, 9, nil); loaded {
+	if loaded, _ := s.Load(ctx, id, n, 9, nil, nil); loaded {
 		t.Fatal("loaded twice")
 	}
 	if _, res, _ := s.Take(ctx, id, n, buyer); res != stock.AlreadyBought {
@@ -627,7 +627,7 @@ func TestBucketsLoadCountsHoldsNotClaims(t *testing.T) {
 	k := stock.BucketKeys(id, n, 0)
 	rdb.Del(ctx, k.Stock, k.Buyers)
 	// MySQL: 9 - 3 orders = 6 left.
-	if loaded, err := s.Load(ctx, id, n, 6, home1[:3]); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, n, 6, home1[:3], nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
 	if got := rdb.Get(ctx, k.Stock).Val(); got != "3" {

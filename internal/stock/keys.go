@@ -15,12 +15,15 @@ type Keys struct {
 	// came from another bucket than their home. Always empty with one
 	// bucket.
 	Claims string
+	// Returned: the orders whose unit came back to this bucket after a
+	// cancel or a refund (returns.go), so that each comes back once.
+	Returned string
 }
 
 // KeysOf builds the keys of voucher id, of a voucher in one bucket. This
 // and BucketKeys are the only places that spell them.
 func KeysOf(id int64) Keys {
-	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims")}
+	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims"), Returned: KeyOf(id, "returned")}
 }
 
 // KeyOf names another key of voucher id, in the same Redis Cluster slot as
@@ -29,6 +32,7 @@ func KeyOf(id int64, name string) string {
 	return ShardKey(ShardOf(id), "v"+strconv.FormatInt(id, 10)+":"+name)
 }
 
+// all are the keys take.lua and claim.lua are given.
 func (k Keys) all() []string { return []string{k.Stock, k.Buyers, k.Holds, k.Claims} }
 
 // indexKey lists the vouchers that have stock keys, for the sweeper.

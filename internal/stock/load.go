@@ -26,7 +26,7 @@ func (s *Store) Init(ctx context.Context, voucherID, stock int64, n int) error {
 	pipe := s.rdb.Pipeline()
 	for b := range n {
 		k := BucketKeys(voucherID, n, b)
-		pipe.Del(ctx, k.Buyers, k.Holds, k.Claims)
+		pipe.Del(ctx, k.Buyers, k.Holds, k.Claims, k.Returned)
 		pipe.Set(ctx, k.Stock, share(stock, n, b), 0)
 	}
 	pipe.SAdd(ctx, indexKey, voucherID)
@@ -76,15 +76,19 @@ func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks
 }
 
 // Load rebuilds a voucher's lost buckets from the database's figures
-// (left: units left in MySQL; buyers: users with an order), unless another
-// instance already did. Buyers go in first and the stock last: until the
-// stock key exists every Take answers Missing, so no request is judged
-// against a half-loaded set. A bucketed voucher may lose some buckets and
+// (left: units left in MySQL; buyers: users with an order; returned: the
+// units MySQL took back whose return to Redis is still to be made, all
+// read in one snapshot), unless another instance already did. Buyers and
+// the returns go in first and the stock last: until the stock key exists
+// every Take answers Missing, so no request is judged against a
+// half-loaded set, and Return adds nothing (returns.go); once it exists,
+// the returns counted in left are marked made, so that none is added
+// twice. A bucketed voucher may lose some buckets and
 // keep others (one master of a cluster lost its data): the lost ones share
 // what MySQL has left beyond the units the others hold or are selling,
 // and reconciliation corrects what that misjudges. It reports whether it
 // loaded.
-func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64) (bool, error) {
+func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64, returned []Returned) (bool, error) {
 	n = max(n, 1)
 	stocks, held, _, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
@@ -104,6 +108,11 @@ func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, bu
 	// Units under holds will be orders in MySQL or come back to their
 	// bucket: not the lost buckets' to sell.
 	left = max(left-held, 0)
+	// The returns MySQL counted in left are in left: none of them may be
+	// added again, to whichever bucket it was bound for.
+	if err := s.markReturned(ctx, voucherID, n, returned); err != nil {
+		return false, wrapLoad(voucherID, err)
+	}
 	loaded := false
 	for i, b := range lost {
 		k := BucketKeys(voucherID, n, b)
@@ -175,7 +184,8 @@ func (s *Store) Forget(ctx context.Context, voucherID int64, n int, keep time.Du
 	pipe.SRem(ctx, indexKey, voucherID)
 	keys := others
 	for b := range max(n, 1) {
-		keys = append(keys, BucketKeys(voucherID, n, b).all()...)
+		k := BucketKeys(voucherID, n, b)
+		keys = append(keys, append(k.all(), k.Returned)...)
 	}
 	for _, key := range keys {
 		pipe.Expire(ctx, key, keep)

@@ -13,6 +13,8 @@
 //	                           row is not written yet
 //	seckill:{s7.43}:v7:claims  user -> deadline: buyers whose unit came
 //	                           from another bucket (empty unless split)
+//	seckill:{s7.43}:v7:returned  orders whose unit came back after a
+//	                           cancel or a refund
 //
 // A hot voucher may be split into buckets, each a set of these keys in a
 // slot of its own (buckets.go).
@@ -35,6 +37,8 @@
 //	            Settle for the sweeper
 //	load.go     Redis from MySQL's figures: Init, Load, Reconcile, and
 //	            Left, Forget, Vouchers
+//	returns.go  a cancelled or refunded order's unit back on sale, once:
+//	            Return
 //	buckets.go  a split voucher's buckets: BucketKeys, Home, share
 //	keys.go     a voucher's keys: Keys, KeysOf, KeyOf
 //	shard.go    shards and hash tags: ShardOf, ShardKey, Slot

@@ -194,10 +194,10 @@ func TestLoadOnlyWhenMissing(t *testing.T) {
 	if _, res, _ := s.Take(ctx, id, 1, 1); res != stock.Missing {
 		t.Fatalf("take with the key lost: %v, want Missing", res)
 	}
-	if loaded, err := s.Load(ctx, id, 1, 3, []int64{1, 2}); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, 1, 3, []int64{1, 2}, nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
-	if loaded, _ := s.Load(ctx, id, 1, 99, nil); loaded {
+	if loaded, _ := s.Load(ctx, id, 1, 99, nil, nil); loaded {
 		t.Fatal("loaded over an existing key")
 	}
 	if _, res, _ := s.Take(ctx, id, 1, 2); res != stock.AlreadyBought {

@@ -23,6 +23,14 @@ const idempotencyWindow = 10 * time.Second
 // MaxStock bounds a voucher's stock to what the INT column holds.
 const MaxStock = 1<<31 - 1
 
+// Bounds and defaults of a voucher's price (cents) and time to pay
+// (seconds), as the contract gives them.
+const (
+	MaxPrice         = 100_000_000
+	MaxPayWithin     = 86_400
+	DefaultPayWithin = 900
+)
+
 // CreateInput is the body of POST /vouchers. Pointers tell a missing field
 // from a zero one.
 type CreateInput struct {
@@ -33,6 +41,10 @@ type CreateInput struct {
 	// Buckets splits the stock over that many Redis keys in different
 	// cluster slots (1 when absent): for a voucher too hot for one Redis.
 	Buckets *int `json:"buckets"`
+	// Price in cents (0 when absent); PayWithin in seconds (900 when
+	// absent).
+	Price     *int64 `json:"price"`
+	PayWithin *int   `json:"pay_within"`
 }
 
 // Guard refuses a repeated submission: Once fails if key was used within
@@ -76,6 +88,10 @@ func (in CreateInput) validate() (*Voucher, error) {
 		return nil, apperr.Invalid("begin_time and end_time are required (RFC 3339)")
 	case in.Buckets != nil && (*in.Buckets < 1 || *in.Buckets > stock.MaxBuckets):
 		return nil, apperr.Invalid(fmt.Sprintf("buckets must be between 1 and %d", stock.MaxBuckets))
+	case in.Price != nil && (*in.Price < 0 || *in.Price > MaxPrice):
+		return nil, apperr.Invalid(fmt.Sprintf("price must be between 0 and %d (cents)", MaxPrice))
+	case in.PayWithin != nil && (*in.PayWithin < 1 || *in.PayWithin > MaxPayWithin):
+		return nil, apperr.Invalid(fmt.Sprintf("pay_within must be between 1 and %d (seconds)", MaxPayWithin))
 	}
 	// DATETIME keeps whole seconds; truncating here makes what we answer
 	// equal what we store.
@@ -86,14 +102,20 @@ func (in CreateInput) validate() (*Voucher, error) {
 	if begin.Year() < 1970 || end.Year() > 9999 {
 		return nil, apperr.Invalid("times must lie between 1970 and 9999")
 	}
-	buckets := 1
-	if in.Buckets != nil {
-		buckets = *in.Buckets
-	}
-	return &Voucher{
+	v := &Voucher{
 		Title: strings.TrimSpace(*in.Title), Stock: *in.Stock, InitialStock: *in.Stock,
-		BeginTime: begin, EndTime: end, Buckets: buckets,
-	}, nil
+		BeginTime: begin, EndTime: end, Buckets: 1, PayWithin: DefaultPayWithin,
+	}
+	if in.Buckets != nil {
+		v.Buckets = *in.Buckets
+	}
+	if in.Price != nil {
+		v.Price = *in.Price
+	}
+	if in.PayWithin != nil {
+		v.PayWithin = *in.PayWithin
+	}
+	return v, nil
 }
 
 // Create stores a voucher and puts its stock in Redis before returning.

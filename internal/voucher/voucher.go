@@ -28,6 +28,11 @@ type Voucher struct {
 	// spread a hot voucher over a Redis Cluster's masters (package stock,
 	// buckets.go). Left zero, the column's default, 1, is stored.
 	Buckets int `gorm:"default:1"`
+	// Price is what a buyer pays, in cents; PayWithin the seconds a buyer
+	// has to pay, from the order (package order cancels an order unpaid by
+	// then, and its unit goes back on sale).
+	Price     int64
+	PayWithin int `gorm:"default:900"`
 }
 
 // Parts is the voucher's bucket count as package stock takes it: at least 1.
@@ -64,6 +69,8 @@ type View struct {
 	BeginTime time.Time `json:"begin_time"`
 	EndTime   time.Time `json:"end_time"`
 	Buckets   int       `json:"buckets"`
+	Price     int64     `json:"price"`
+	PayWithin int       `json:"pay_within"`
 }
 
 func (v *Voucher) view(stock int64) View {
@@ -74,5 +81,7 @@ func (v *Voucher) view(stock int64) View {
 		BeginTime: v.BeginTime.UTC(),
 		EndTime:   v.EndTime.UTC(),
 		Buckets:   v.Parts(),
+		Price:     v.Price,
+		PayWithin: v.PayWithin,
 	}
 }

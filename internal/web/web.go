@@ -130,18 +130,32 @@ func JSON(c *gin.Context, status int, v any) { c.JSON(status, v) }
 // invalid_argument (or 413 for a body over MaxBody) itself when it cannot.
 // It reports whether the handler should go on.
 func BindJSON(c *gin.Context, v any) bool {
-	body, err := io.ReadAll(c.Request.Body)
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		abort(c, http.StatusRequestEntityTooLarge, apperr.InvalidArgument, "request body is larger than 1 MiB")
+	body, ok := Body(c)
+	if !ok {
 		return false
 	}
 	// json.Unmarshal, unlike a Decoder, refuses anything after the value.
-	if err != nil || json.Unmarshal(body, v) != nil {
+	if json.Unmarshal(body, v) != nil {
 		abort(c, http.StatusBadRequest, apperr.InvalidArgument, "request body must be one JSON object of the documented shape")
 		return false
 	}
 	return true
+}
+
+// Body reads the request's body, answering 413 (over MaxBody) or 400
+// itself when it cannot. It reports whether the handler should go on.
+func Body(c *gin.Context) ([]byte, bool) {
+	body, err := io.ReadAll(c.Request.Body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		abort(c, http.StatusRequestEntityTooLarge, apperr.InvalidArgument, "request body is larger than 1 MiB")
+		return nil, false
+	}
+	if err != nil {
+		abort(c, http.StatusBadRequest, apperr.InvalidArgument, "request body could not be read")
+		return nil, false
+	}
+	return body, true
 }
 
 // ID parses the path parameter name as a positive 64-bit ID written in

@@ -1,0 +1,171 @@
+package order
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// The deadline: an unpaid order whose pay_by has passed is cancelled, and
+// its unit goes back on sale. No process keeps a timer per order (a sale of
+// 100,000 orders would be 100,000 timers, lost with the process that held
+// them). The deadline is in the row, and an index on (status, pay_by)
+// lists the orders due, oldest first, in one index range: every instance
+// runs an expirer (RunExpirer) that cancels them a batch at a time.
+//
+// Several instances expire at once without getting in each other's way,
+// and none cancels an order twice: each batch is read with SELECT ... FOR
+// UPDATE SKIP LOCKED, so an instance takes the due orders no other holds,
+// and skips those another is cancelling. The cancel itself is the guarded
+// UPDATE of lifecycle.go, in the same transaction, with the units given
+// back: an instance killed mid-batch leaves nothing half done (its
+// transaction rolls back, its row locks go, and the next round of any
+// instance takes the batch), and one killed after its COMMIT leaves its
+// returns to Redis in stock_returns, which every round drains.
+
+// expireBatch is how many due orders one transaction cancels.
+const expireBatch = 1000
+
+// Expire cancels unpaid orders whose pay_by has passed, a batch per
+// transaction, until none is due or ctx ends, gives their units back,
+// and reports how many it cancelled.
+func (s *Service) Expire(ctx context.Context) (int, error) {
+	if err := s.dated(ctx); err != nil {
+		return 0, err
+	}
+	total := 0
+	for ctx.Err() == nil {
+		n, err := s.expireBatch(ctx)
+		total += n
+		if err != nil || n < expireBatch {
+			return total, err
+		}
+	}
+	return total, ctx.Err()
+}
+
+// expireBatch cancels up to expireBatch due orders in one transaction.
+func (s *Service) expireBatch(ctx context.Context) (int, error) {
+	now := s.now().UTC()
+	// Most rounds find nothing due: one look at the index, outside any
+	// transaction, and no transaction at all.
+	var first []int64
+	if err := s.db.WithContext(ctx).Raw("SELECT id FROM voucher_orders WHERE "+unpaid+" AND pay_by <= ? LIMIT 1", now).Scan(&first).Error; err != nil {
+		return 0, fmt.Errorf("look for orders due: %w", err)
+	}
+	if len(first) == 0 {
+		return 0, nil
+	}
+	var due []Order
+	// READ COMMITTED: the locking read locks the due rows it returns and
+	// no gap around them, so that the sale's INSERTs of new unpaid orders
+	// (further along the same index) never wait for a batch.
+	var opts *sql.TxOptions
+	if s.db.Dialector.Name() == "mysql" {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	outcome, err := transactWith(ctx, s.db, opts, func(tx *gorm.DB) error {
+		q := "SELECT id, user_id, voucher_id, bucket FROM voucher_orders WHERE " + unpaid + " AND pay_by <= ? ORDER BY pay_by LIMIT ?"
+		if tx.Dialector.Name() == "mysql" {
+			q += " FOR UPDATE SKIP LOCKED"
+		}
+		if err := tx.Raw(q, now, expireBatch).Scan(&due).Error; err != nil {
+			return fmt.Errorf("read orders due: %w", err)
+		}
+		if len(due) == 0 {
+			return nil
+		}
+		ids := make([]int64, len(due))
+		for i, o := range due {
+			ids[i] = o.ID
+		}
+		// The guard still applies: rows locked by this transaction cannot
+		// have moved, so every one of them is cancelled here.
+		res := tx.Exec("UPDATE voucher_orders SET status = ?, cancel_reason = ?, cancelled_at = ? WHERE id IN ? AND "+unpaid+" AND pay_by <= ?",
+			StatusCancelled, CancelTimeout, now, ids, now)
+		if res.Error != nil {
+			return fmt.Errorf("cancel %d orders due: %w", len(due), res.Error)
+		}
+		if res.RowsAffected != int64(len(due)) {
+			return fmt.Errorf("cancel %d orders due: %d changed; retrying", len(due), res.RowsAffected)
+		}
+		return giveBack(tx, due, now)
+	})
+	if outcome != Written {
+		// Unknown: if it committed, the next round drains its returns.
+		return 0, err
+	}
+	for range due {
+		s.obs.Cancelled(CancelTimeout)
+	}
+	if len(due) > 0 {
+		s.log.InfoContext(ctx, "cancelled unpaid orders past their deadline", "count", len(due))
+		s.returnUnits(ctx, due)
+	}
+	return len(due), nil
+}
+
+// dated gives the orders an instance of a version before the lifecycle
+// wrote ('created', no deadline) their status and deadline: during an
+// upgrade, old and new instances run side by side. Where there are none,
+// it is one look at the (status, pay_by) index.
+func (s *Service) dated(ctx context.Context) error {
+	if s.db.Dialector.Name() != "mysql" {
+		return nil // the embedded demo has no older instances
+	}
+	err := s.db.WithContext(ctx).Exec(`UPDATE voucher_orders o JOIN vouchers v ON v.id = o.voucher_id
+		SET o.status = ?, o.amount = v.price, o.pay_by = o.created_at + INTERVAL v.pay_within SECOND
+		WHERE o.status = ?`, StatusUnpaid, statusCreated).Error
+	if err != nil {
+		return fmt.Errorf("date orders of an older version: %w", err)
+	}
+	return nil
+}
+
+// returnsAfter is how long a return to Redis is left to the request that
+// made it before the expirer makes it instead (either may: Return adds a
+// unit once).
+const returnsAfter = 2 * time.Second
+
+// drainReturns makes the returns to Redis that their requests did not
+// (a process died, Redis was away): the rows of stock_returns older than
+// returnsAfter.
+func (s *Service) drainReturns(ctx context.Context) error {
+	for ctx.Err() == nil {
+		var rows []stockReturn
+		err := s.db.WithContext(ctx).Where("created_at <= ?", s.now().UTC().Add(-returnsAfter)).Limit(expireBatch).Find(&rows).Error
+		if err != nil {
+			return fmt.Errorf("read returns to make: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		orders := make([]Order, len(rows))
+		for i, r := range rows {
+			orders[i] = Order{ID: r.OrderID, VoucherID: r.VoucherID, Bucket: r.Bucket}
+		}
+		// Another page only if this one was full and all made: what
+		// failed waits for the next round.
+		if made := s.returnUnits(ctx, orders); len(rows) < expireBatch || made < len(rows) {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
+// RunExpirer expires due orders and drains the returns every period,
+// until ctx is done. Every instance runs one: they share the work (see
+// above), and any of them may die.
+func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
+	periodically(ctx, every, func() {
+		if _, err := s.Expire(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "expire unpaid orders", "err", err)
+		}
+		if err := s.drainReturns(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "return units to Redis", "err", err)
+		}
+	})
+}

@@ -1,0 +1,345 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"gorm.io/gorm"
+
+	"seckill/internal/apperr"
+	"seckill/internal/stock"
+)
+
+// After the click: an order is unpaid until it is paid (the payment
+// provider's webhook, webhook.go) or cancelled (by its buyer, or by its
+// deadline: expire.go); a paid order may be refunded. Cancelled and
+// refunded are final, and each gives its unit back on sale, once.
+//
+// Every transition is one guarded UPDATE ... WHERE status = <from>: of a
+// payment and the deadline arriving in the same millisecond, or of two
+// instances cancelling one order, exactly one changes the row, and only
+// the one that did gives the unit back, in the same transaction
+// (giveBack). The loser learns it from the rows affected and reads what
+// the order became. Reading the status first and writing the new one
+// after (the lab's "pay against the deadline") lets both win: an order
+// paid and cancelled, a unit returned twice.
+//
+// A unit given back is back in MySQL when the transaction commits. Redis
+// gets it after (returnUnits): the same transaction records it in
+// stock_returns, and the row goes only once Redis has the unit, which
+// stock.Store.Return adds at most once per order. A process that dies in
+// between leaves the row, and the next round of any instance's expirer
+// makes the return.
+
+var (
+	// ErrInvalidState: the order's status does not allow this (paying a
+	// cancelled order, cancelling a paid one, refunding an unpaid one).
+	ErrInvalidState = apperr.New(apperr.InvalidState, "the order's status does not allow this")
+	// errNotWritten: async mode's order is accepted but not yet a row; it
+	// can be cancelled in a moment.
+	errNotWritten = apperr.RetryAfter(apperr.New(apperr.InvalidState, "the order is not written yet; try again in a moment"), time.Second)
+)
+
+// unpaid is the guard of a transition from unpaid: an instance of a
+// version before the lifecycle wrote 'created' for it.
+const unpaid = "status IN ('unpaid', 'created')"
+
+// Cancel cancels the caller's unpaid order, and its unit goes back on
+// sale. A cancelled order answers as it is, changing nothing.
+func (s *Service) Cancel(ctx context.Context, id, callerID int64) (View, error) {
+	o, err := s.mine(ctx, id, callerID, false)
+	if err != nil {
+		return View{}, err
+	}
+	switch o.Status {
+	case StatusCancelled:
+		return o.view(), nil
+	case StatusUnpaid, statusCreated:
+	default:
+		return View{}, ErrInvalidState
+	}
+	now := s.now()
+	var done bool
+	outcome, err := transact(ctx, s.db, func(tx *gorm.DB) (err error) {
+		done, err = cancel(tx, o, CancelByBuyer, now)
+		return err
+	})
+	if outcome != Written {
+		// Unknown: if it committed, its unit's return is in stock_returns,
+		// and a retry finds the order cancelled.
+		return View{}, apperr.Down(err)
+	}
+	if done {
+		s.obs.Cancelled(CancelByBuyer)
+		s.returnUnits(ctx, []Order{*o})
+	}
+	return s.after(ctx, id, done, StatusCancelled)
+}
+
+// Refund refunds a paid order, asked by its buyer or an admin: the money
+// goes back (the provider's Refund) and the unit back on sale. A refunded
+// order answers as it is, changing nothing in it; the provider is asked
+// again, which gives back once per order however often it is asked, so a
+// refund whose answer was lost is finished by its retry.
+func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (View, error) {
+	o, err := s.mine(ctx, id, callerID, admin)
+	if err != nil {
+		return View{}, err
+	}
+	switch o.Status {
+	case StatusPaid, StatusRefunded:
+	default:
+		return View{}, ErrInvalidState
+	}
+	done := false
+	if o.Status == StatusPaid {
+		now := s.now()
+		outcome, err := transact(ctx, s.db, func(tx *gorm.DB) (err error) {
+			done, err = refund(tx, o, now)
+			return err
+		})
+		if outcome != Written {
+			return View{}, apperr.Down(err)
+		}
+		if done {
+			s.obs.Refunded()
+			s.returnUnits(ctx, []Order{*o})
+		}
+	}
+	v, err := s.after(ctx, id, done, StatusRefunded)
+	if err != nil {
+		return View{}, err
+	}
+	if v.Status == StatusRefunded {
+		if s.cfg.Provider == nil {
+			s.log.ErrorContext(ctx, "order refunded, but no payment provider is configured to give the money back", "order", id, "amount", o.Amount)
+		} else if err := s.cfg.Provider.Refund(ctx, id, o.Amount); err != nil {
+			// The order is refunded: its buyer's retry asks the provider
+			// again.
+			return View{}, apperr.Down(fmt.Errorf("refund order %d with the provider: %w", id, err))
+		}
+	}
+	return v, nil
+}
+
+// Pay asks the payment provider to charge the caller for their unpaid
+// order. The order is paid when the provider confirms, through the
+// webhook; Pay answers the order as it is now.
+func (s *Service) Pay(ctx context.Context, id, callerID int64) (View, error) {
+	o, err := s.mine(ctx, id, callerID, false)
+	if err != nil {
+		return View{}, err
+	}
+	if o.Status != StatusUnpaid && o.Status != statusCreated {
+		return View{}, ErrInvalidState
+	}
+	if o.PayBy != nil && !s.now().Before(*o.PayBy) {
+		return View{}, ErrInvalidState // its deadline passed: it is being cancelled
+	}
+	if s.cfg.Provider == nil {
+		return View{}, apperr.Down(errors.New("no payment provider is configured"))
+	}
+	if err := s.cfg.Provider.Charge(ctx, id, o.Amount); err != nil {
+		return View{}, apperr.Down(fmt.Errorf("charge order %d: %w", id, err))
+	}
+	return o.view(), nil
+}
+
+// mine reads an order of the caller (any order, for an admin), as a row:
+// ErrNotFound for someone else's, errNotWritten for one not yet written.
+func (s *Service) mine(ctx context.Context, id, callerID int64, admin bool) (*Order, error) {
+	o, err := find(ctx, s.db, id)
+	if err != nil {
+		return nil, apperr.Down(err)
+	}
+	if o == nil {
+		// Not a row: perhaps an order still in the queue.
+		if p, err := s.mode.accepted(ctx, id); err != nil {
+			return nil, apperr.Down(err)
+		} else if p != nil && (admin || p.UserID == callerID) {
+			if p.Status == StatusFailed {
+				return nil, ErrInvalidState
+			}
+			return nil, errNotWritten
+		}
+		return nil, ErrNotFound
+	}
+	if !admin && o.UserID != callerID {
+		return nil, ErrNotFound
+	}
+	return o, nil
+}
+
+// after reads the order id once a transition to status was tried: if
+// this call made it (done), or someone else did meanwhile, the order as it
+// is now; else ErrInvalidState (a payment won the race against a cancel,
+// say).
+func (s *Service) after(ctx context.Context, id int64, done bool, status string) (View, error) {
+	o, err := find(ctx, s.db, id)
+	switch {
+	case err != nil || o == nil:
+		if done {
+			return View{}, apperr.Down(fmt.Errorf("read order %d after it became %s: %w", id, status, err))
+		}
+		return View{}, apperr.Down(err)
+	case o.Status != status:
+		return View{}, ErrInvalidState
+	}
+	return o.view(), nil
+}
+
+// The transitions, each a guarded UPDATE in the caller's transaction: they
+// report whether they changed the order.
+
+// cancel moves o from unpaid to cancelled, for reason, and gives its unit
+// back.
+func cancel(tx *gorm.DB, o *Order, reason string, now time.Time) (bool, error) {
+	res := tx.Exec("UPDATE voucher_orders SET status = ?, cancel_reason = ?, cancelled_at = ? WHERE id = ? AND "+unpaid,
+		StatusCancelled, reason, now.UTC(), o.ID)
+	if res.Error != nil {
+		return false, fmt.Errorf("cancel order %d: %w", o.ID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return false, nil
+	}
+	return true, giveBack(tx, []Order{*o}, now)
+}
+
+// refund moves o from paid to refunded, and gives its unit back.
+func refund(tx *gorm.DB, o *Order, now time.Time) (bool, error) {
+	res := tx.Exec("UPDATE voucher_orders SET status = ?, refunded_at = ? WHERE id = ? AND status = ?",
+		StatusRefunded, now.UTC(), o.ID, StatusPaid)
+	if res.Error != nil {
+		return false, fmt.Errorf("refund order %d: %w", o.ID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return false, nil
+	}
+	return true, giveBack(tx, []Order{*o}, now)
+}
+
+// pay moves o from unpaid to paid, if its deadline has not passed (a row
+// an older version wrote has none until Expire gives it one).
+func pay(tx *gorm.DB, o *Order, now time.Time) (bool, error) {
+	res := tx.Exec("UPDATE voucher_orders SET status = ?, paid_at = ? WHERE id = ? AND "+unpaid+" AND (pay_by > ? OR pay_by IS NULL)",
+		StatusPaid, now.UTC(), o.ID, now.UTC())
+	if res.Error != nil {
+		return false, fmt.Errorf("pay order %d: %w", o.ID, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// giveBack puts the units of orders back in MySQL's stock (one guarded
+// UPDATE per voucher, in ID order as every transaction that locks voucher
+// rows does, so that two cannot deadlock), and records each for Redis in
+// stock_returns.
+func giveBack(tx *gorm.DB, orders []Order, now time.Time) error {
+	units := map[int64]int64{}
+	for _, o := range orders {
+		units[o.VoucherID]++
+	}
+	for _, voucherID := range slices.Sorted(maps.Keys(units)) {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", units[voucherID], voucherID).Error; err != nil {
+			return fmt.Errorf("give %d units back to voucher %d: %w", units[voucherID], voucherID, err)
+		}
+	}
+	rows := make([]stockReturn, len(orders))
+	for i, o := range orders {
+		rows[i] = stockReturn{OrderID: o.ID, VoucherID: o.VoucherID, Bucket: o.Bucket, CreatedAt: now.UTC()}
+	}
+	if err := tx.Create(&rows).Error; err != nil {
+		return fmt.Errorf("record %d units for Redis: %w", len(rows), err)
+	}
+	return nil
+}
+
+// stockReturn is a row of stock_returns: a unit back in MySQL, on its way
+// back to Redis.
+type stockReturn struct {
+	OrderID   int64 `gorm:"primaryKey;autoIncrement:false"`
+	VoucherID int64
+	Bucket    int
+	CreatedAt time.Time
+}
+
+func (stockReturn) TableName() string { return "stock_returns" }
+
+// returnUnits gives the units of orders, back in MySQL, back to Redis,
+// and forgets their stock_returns rows; it reports how many it made. What
+// fails stays there for the next round of the expirer (drainReturns).
+func (s *Service) returnUnits(ctx context.Context, orders []Order) int {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+	defer cancel()
+	byVoucher := map[int64][]stock.Returned{}
+	for _, o := range orders {
+		byVoucher[o.VoucherID] = append(byVoucher[o.VoucherID], stock.Returned{Order: o.ID, Bucket: o.Bucket})
+	}
+	var made []int64
+	for voucherID, rs := range byVoucher {
+		done, err := s.returnTo(ctx, voucherID, rs)
+		if err != nil {
+			s.log.WarnContext(ctx, "return units to Redis; the expirer will", "voucher", voucherID, "count", len(rs), "err", err)
+		}
+		made = append(made, done...)
+	}
+	if len(made) == 0 {
+		return 0
+	}
+	if err := s.db.WithContext(ctx).Exec("DELETE FROM stock_returns WHERE order_id IN ?", made).Error; err != nil {
+		// Made again next round: Return adds each order's unit once.
+		s.log.WarnContext(ctx, "forget returns made", "count", len(made), "err", err)
+		return 0
+	}
+	return len(made)
+}
+
+// returnTo puts the units rs of voucherID back in their buckets in Redis,
+// once each, and returns the orders whose return is made. If Redis lost
+// the voucher's keys, it reloads them first: the reload counts those
+// units, and their returns then change nothing.
+func (s *Service) returnTo(ctx context.Context, voucherID int64, rs []stock.Returned) ([]int64, error) {
+	v, err := s.vouchers.Find(ctx, voucherID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.stocks.Return(ctx, voucherID, v.Parts(), rs)
+	if err != nil {
+		return nil, err
+	}
+	var made []int64
+	var again []stock.Returned
+	for i, r := range res {
+		switch r {
+		case stock.ReturnAdded:
+			s.obs.Returned()
+			made = append(made, rs[i].Order)
+		case stock.ReturnNoStock:
+			again = append(again, rs[i])
+		default:
+			made = append(made, rs[i].Order)
+		}
+	}
+	if len(again) == 0 {
+		return made, nil
+	}
+	if err := s.reload(ctx, voucherID, v.Parts()); err != nil {
+		return made, err
+	}
+	res, err = s.stocks.Return(ctx, voucherID, v.Parts(), again)
+	if err != nil {
+		return made, err
+	}
+	for i, r := range res {
+		if r == stock.ReturnAdded {
+			s.obs.Returned()
+		}
+		if r != stock.ReturnNoStock {
+			made = append(made, again[i].Order)
+		}
+	}
+	return made, nil
+}
