@@ -16,12 +16,15 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 //go:embed mysql/*.sql sqlite/*.sql
@@ -167,11 +170,14 @@ func applied(ctx context.Context, q querier) (map[int]bool, error) {
 }
 
 // run executes a file's statements, then records it. MySQL commits DDL
-// implicitly, so the files use IF NOT EXISTS: a run cut short can be
-// repeated.
+// implicitly, so a run cut short (a process killed, a connection lost)
+// leaves some statements applied and the file unrecorded, and the next
+// run executes them again: the files use IF NOT EXISTS where MySQL has it,
+// and an ALTER TABLE ... ADD that finds what it adds already there is
+// skipped (alreadyAdded).
 func (s step) run(ctx context.Context, q querier) error {
 	for _, stmt := range Statements(s.sql) {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
+		if _, err := q.ExecContext(ctx, stmt); err != nil && !alreadyAdded(stmt, err) {
 			return fmt.Errorf("migrations: %s: %w", s.name, err)
 		}
 	}
@@ -179,6 +185,25 @@ func (s step) run(ctx context.Context, q querier) error {
 		return fmt.Errorf("migrations: record %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// alreadyAdded reports whether err says that what an ALTER TABLE adds (a
+// column, an index, a constraint) exists already. An ALTER TABLE is
+// atomic, all its clauses or none, so such a statement was applied whole
+// by a run that was cut short before it recorded its file.
+func alreadyAdded(stmt string, err error) bool {
+	var me *mysql.MySQLError
+	if !strings.HasPrefix(strings.ToUpper(strings.TrimSpace(stmt)), "ALTER TABLE") || !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1060, // duplicate column name
+		1061, // duplicate key name
+		1826, // duplicate constraint name (MariaDB)
+		3822: // duplicate check constraint name (MySQL)
+		return true
+	}
+	return false
 }
 
 // Statements splits a file into statements, dropping comment lines.

@@ -74,15 +74,13 @@ func TestExpirerKilledMidSweep(t *testing.T) {
 	// answering cancels the orders, and dies while it tries to return
 	// their units. The orders fall due a few seconds from now, once its
 	// Redis is cut.
-	db.Exec("UPDATE voucher_orders SET pay_by = NOW(3) + INTERVAL 4 SECOND WHERE voucher_id = ?", vid)
+	db.Exec("UPDATE voucher_orders SET pay_by = NOW(3) + INTERVAL 1 HOUR WHERE voucher_id = ?", vid)
 	proxy := faultproxy.Start(t, testenvRedisAddr())
 	env := st.env(freeAddr(t), fast...)
 	env["REDIS_ADDR"] = proxy.Addr()
 	second := spawn(t, env)
 	proxy.Blackhole()
-	if n := unpaid(); n != units {
-		t.Fatalf("%d orders expired before the instance's Redis was cut: the machine is too slow for this test", units-n)
-	}
+	db.Exec("UPDATE voucher_orders SET pay_by = NOW(3) WHERE voucher_id = ?", vid)
 	waitFor(t, 20*time.Second, "the orders cancelled, their units not yet in Redis", func() bool {
 		return count("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ? AND status = 'cancelled'", vid) == units &&
 			count("SELECT COUNT(*) FROM stock_returns WHERE voucher_id = ?", vid) == units

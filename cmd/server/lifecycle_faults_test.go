@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,6 +165,15 @@ func lifecycleWithFault(t *testing.T, mode string, fc faultCase, reachable bool)
 			t.Errorf("order %d was paid and cancelled", id)
 		case o.status == "paid" && !kept, o.status != "paid" && kept:
 			t.Errorf("order %d is %s, and its payment was answered %s", id, o.status, a.Raw)
+		}
+	}
+	if fc.name == "payment commit reply dropped" {
+		lost := false
+		for _, in := range insts {
+			lost = lost || strings.Contains(in.log.String(), "the answer to its COMMIT was lost")
+		}
+		if !lost {
+			t.Error("the COMMIT whose answer was dropped was not a payment's: the case proved nothing")
 		}
 	}
 	_, back := checkLifecycle(t, db, rdb, vid, initial)

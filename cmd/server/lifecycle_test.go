@@ -70,7 +70,7 @@ func TestOrderLifecycleAcrossThreeInstances(t *testing.T) {
 			st := newStack(t, redisDB)
 			insts := startMany(t, st, 3, "SECKILL_MODE", mode)
 			admin, _ := mustLogin(t, insts[0].Base, adminPhone)
-			const initial, price, within = 90, 1990, 8
+			const initial, price, within = 90, 1990, 12
 			vid := createVoucher(t, insts[0].Base, admin, initial, time.Now().Add(-time.Minute), time.Now().Add(time.Hour),
 				"price", price, "pay_within", within)
 			users := loginMany(t, insts[1].Base, initial)
@@ -103,13 +103,24 @@ func TestOrderLifecycleAcrossThreeInstances(t *testing.T) {
 				mu.Unlock()
 			}
 			var wg sync.WaitGroup
+			// Each order as its buyer reads it; the deadline of those that
+			// pay at it, or after.
+			payBys := map[int64]time.Time{}
 			for i, u := range users {
 				id, _ := strconv.ParseInt(won[u.ID], 10, 64)
+				if i%6 != 2 && i%6 != 5 && i%9 != 0 {
+					continue
+				}
 				o := mustCall(t, "GET", insts[i%3].Base+"/orders/"+won[u.ID], u.Token, nil)
 				payBy, err := time.Parse(time.RFC3339Nano, o.Str("pay_by"))
 				if o.Status != http.StatusOK || o.Str("status") != "unpaid" || o.Body["amount"] != float64(price) || err != nil {
 					t.Fatalf("order %d before its life: %d %s", id, o.Status, o.Raw)
 				}
+				payBys[id] = payBy
+			}
+			for i, u := range users {
+				id, _ := strconv.ParseInt(won[u.ID], 10, 64)
+				payBy := payBys[id]
 				first := payment.Event{ID: fmt.Sprintf("evt_%d_1", id), OrderID: id, Amount: price}
 				second := payment.Event{ID: fmt.Sprintf("evt_%d_2", id), OrderID: id, Amount: price}
 				switch i % 6 {
@@ -276,4 +287,117 @@ func checkLifecycle(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vouche
 		}
 	}
 	return s, int(back)
+}
+
+// The lifecycle's answers, through HTTP, as the contract lists them: the
+// webhook's 401 and 400 (nothing changes), the pending order's 503 and
+// 409 with Retry-After (async), invalid_state for a transition the status
+// does not allow, and the voucher's price and pay_within bounds.
+func TestAPIOrderLifecycle(t *testing.T) {
+	st := newStack(t, 10) // async: a Redis database of its own
+	in := start(t, st.env(freeAddr(t), "SECKILL_MODE", "async"))
+	admin, _ := mustLogin(t, in.Base, adminPhone)
+	for _, bad := range []map[string]any{{"price": -1}, {"price": 100_000_001}, {"pay_within": 0}, {"pay_within": 86_401}, {"price": "1"}} {
+		body := map[string]any{"title": "t", "stock": 1, "begin_time": time.Now().UTC().Format(time.RFC3339), "end_time": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+		for k, v := range bad {
+			body[k] = v
+		}
+		if r := mustCall(t, "POST", in.Base+"/vouchers", admin, body); r.Status != http.StatusBadRequest || r.Code() != "invalid_argument" {
+			t.Errorf("voucher with %v: %d %s, want 400 invalid_argument", bad, r.Status, r.Raw)
+		}
+	}
+	vid := createVoucher(t, in.Base, admin, 10, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), "price", 700)
+	if v := mustCall(t, "GET", in.Base+"/vouchers/"+vid, "", nil); v.Body["price"] != float64(700) || v.Body["pay_within"] != float64(900) {
+		t.Errorf("voucher: %s, want price 700 and the default pay_within 900", v.Raw)
+	}
+	u := loginMany(t, in.Base, 1)[0]
+	db := testenv.Open(t, withParseTime(t, st.DSN))
+
+	// MySQL refuses every order for a while: the order stays pending.
+	if err := db.Exec("CREATE TRIGGER hold_orders BEFORE INSERT ON voucher_orders FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'held by the test'").Error; err != nil {
+		t.Fatal(err)
+	}
+	r := mustCall(t, "POST", in.Base+"/seckill/"+vid, u.Token, nil)
+	id := r.Str("order_id")
+	oid, _ := strconv.ParseInt(id, 10, 64)
+	if o := mustCall(t, "GET", in.Base+"/orders/"+id, u.Token, nil); o.Str("status") != "pending" || o.Body["amount"] != float64(700) || o.Str("pay_by") == "" {
+		t.Fatalf("the pending order: %s", o.Raw)
+	}
+	e := payment.Event{ID: "evt_pending", OrderID: oid, Amount: 700}
+	if r, err := webhook(in.Base, e); err != nil || r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Errorf("payment of a pending order: %v %d %s, want 503 with Retry-After", err, r.Status, r.Raw)
+	}
+	if r := mustCall(t, "POST", in.Base+"/orders/"+id+"/cancel", u.Token, nil); r.Status != http.StatusConflict || r.Code() != "invalid_state" || r.Header.Get("Retry-After") == "" {
+		t.Errorf("cancel of a pending order: %d %s, want 409 invalid_state with Retry-After", r.Status, r.Raw)
+	}
+	if err := db.Exec("DROP TRIGGER hold_orders").Error; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the order written", func() bool {
+		return mustCall(t, "GET", in.Base+"/orders/"+id, u.Token, nil).Str("status") == "unpaid"
+	})
+
+	// The webhook refuses what is not the provider's, or not an order's.
+	body := e.Body()
+	send := func(header string, body []byte) reply {
+		req, _ := http.NewRequest("POST", in.Base+"/payments/webhook", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if header != "" {
+			req.Header.Set(payment.Header, header)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		r := reply{Status: resp.StatusCode, Raw: string(raw)}
+		json.Unmarshal(raw, &r.Body)
+		return r
+	}
+	sign := func(b []byte, at time.Time) string { return payment.Sign([]byte(testPaySecret), b, at) }
+	for _, tc := range []struct {
+		name   string
+		header string
+		body   []byte
+		status int
+		code   string
+	}{
+		{"no signature", "", body, 401, "unauthorized"},
+		{"another key", payment.Sign([]byte("not-the-secret-0123456789abcdef012"), body, time.Now()), body, 401, "unauthorized"},
+		{"signed 301 s ago", sign(body, time.Now().Add(-301*time.Second)), body, 401, "unauthorized"},
+		{"signed for another body", sign([]byte(`{}`), time.Now()), body, 401, "unauthorized"},
+		{"malformed", sign([]byte(`{"event_id":"x"}`), time.Now()), []byte(`{"event_id":"x"}`), 400, "invalid_argument"},
+		{"unknown order", sign(payment.Event{ID: "evt_x", OrderID: 12345, Amount: 700}.Body(), time.Now()), payment.Event{ID: "evt_x", OrderID: 12345, Amount: 700}.Body(), 400, "invalid_argument"},
+		{"another amount", sign(payment.Event{ID: "evt_y", OrderID: oid, Amount: 1}.Body(), time.Now()), payment.Event{ID: "evt_y", OrderID: oid, Amount: 1}.Body(), 400, "invalid_argument"},
+	} {
+		if r := send(tc.header, tc.body); r.Status != tc.status || r.Code() != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, r.Status, r.Raw, tc.status, tc.code)
+		}
+	}
+	if o := mustCall(t, "GET", in.Base+"/orders/"+id, u.Token, nil); o.Str("status") != "unpaid" {
+		t.Fatalf("after the refused events: %s, want unpaid", o.Raw)
+	}
+	// Refund of an unpaid order: invalid_state. Then paid; cancel:
+	// invalid_state; refund, twice: refunded, once.
+	if r := mustCall(t, "POST", in.Base+"/orders/"+id+"/refund", u.Token, nil); r.Status != http.StatusConflict || r.Code() != "invalid_state" {
+		t.Errorf("refund of an unpaid order: %d %s", r.Status, r.Raw)
+	}
+	if r, err := webhook(in.Base, e); err != nil || r.Status != 200 || r.Str("status") != "paid" || r.Body["refund"] != nil {
+		t.Fatalf("payment: %v %d %s", err, r.Status, r.Raw)
+	}
+	if r := mustCall(t, "POST", in.Base+"/orders/"+id+"/cancel", u.Token, nil); r.Status != http.StatusConflict || r.Code() != "invalid_state" {
+		t.Errorf("cancel of a paid order: %d %s", r.Status, r.Raw)
+	}
+	for range 2 {
+		if r := mustCall(t, "POST", in.Base+"/orders/"+id+"/refund", u.Token, nil); r.Status != 200 || r.Str("status") != "refunded" || r.Str("refunded_at") == "" {
+			t.Errorf("refund: %d %s", r.Status, r.Raw)
+		}
+	}
+	if r, err := webhook(in.Base, payment.Event{ID: "evt_late", OrderID: oid, Amount: 700}); err != nil || r.Str("status") != "refunded" || r.Body["refund"] != true {
+		t.Errorf("a payment of a refunded order: %v %s, want refunded with a refund", err, r.Raw)
+	}
+	if n := voucherStock(t, in.Base, vid); n != 10 {
+		t.Errorf("stock %d after the refund, want all 10 back", n)
+	}
 }

@@ -152,9 +152,9 @@ func (s *Service) Pay(ctx context.Context, id, callerID int64) (View, error) {
 // mine reads an order of the caller (any order, for an admin), as a row:
 // ErrNotFound for someone else's, errNotWritten for one not yet written.
 func (s *Service) mine(ctx context.Context, id, callerID int64, admin bool) (*Order, error) {
-	o, err := find(ctx, s.db, id)
+	o, err := s.row(ctx, id)
 	if err != nil {
-		return nil, apperr.Down(err)
+		return nil, err
 	}
 	if o == nil {
 		// Not a row: perhaps an order still in the queue.
@@ -166,10 +166,34 @@ func (s *Service) mine(ctx context.Context, id, callerID int64, admin bool) (*Or
 			}
 			return nil, errNotWritten
 		}
-		return nil, ErrNotFound
+		// Async's consumer commits the row, then forgets the order's
+		// pending marker: read between the two, it was in neither. Once
+		// more.
+		if o, err = s.row(ctx, id); err != nil {
+			return nil, err
+		}
+		if o == nil {
+			return nil, ErrNotFound
+		}
 	}
 	if !admin && o.UserID != callerID {
 		return nil, ErrNotFound
+	}
+	return o, nil
+}
+
+// row reads order id from MySQL; one that an instance of an older
+// version wrote ('created') is dated first (dateVoucher), so that its
+// amount and deadline are known.
+func (s *Service) row(ctx context.Context, id int64) (*Order, error) {
+	o, err := find(ctx, s.db, id)
+	if err == nil && o != nil && o.Status == statusCreated {
+		if err = s.dateVoucher(ctx, o.VoucherID, o.ID); err == nil {
+			o, err = find(ctx, s.db, id)
+		}
+	}
+	if err != nil {
+		return nil, apperr.Down(err)
 	}
 	return o, nil
 }

@@ -53,6 +53,11 @@ var (
 //   - cancelled: the payment refused; paid already (another event): the
 //     double payment refused; refunded: refused too.
 func (s *Service) ApplyPayment(ctx context.Context, e payment.Event) (PaymentAnswer, error) {
+	// A row of an older version's instance gets its amount and deadline
+	// first (an undated one would be paid for 0 cents).
+	if _, err := s.row(ctx, e.OrderID); err != nil {
+		return PaymentAnswer{}, err
+	}
 	now := s.now()
 	ans := PaymentAnswer{OrderID: strconv.FormatInt(e.OrderID, 10)}
 	var cancelled *Order
@@ -87,10 +92,13 @@ func (s *Service) ApplyPayment(ctx context.Context, e payment.Event) (PaymentAns
 				ans.Status = StatusPaid
 				break
 			}
-			if _, err := cancel(tx, o, CancelTimeout, now); err != nil {
+			done, err := cancel(tx, o, CancelTimeout, now)
+			if err != nil {
 				return err
 			}
-			cancelled = o
+			if done {
+				cancelled = o
+			}
 			ans.Status, ans.Refund = StatusCancelled, true
 		default: // cancelled, paid (by another event) or refunded
 			ans.Status, ans.Refund = o.Status, true
@@ -108,12 +116,16 @@ func (s *Service) ApplyPayment(ctx context.Context, e payment.Event) (PaymentAns
 		// The COMMIT's answer was lost: if it committed, the event is
 		// there, and its answer is the one to give (the locking read waits
 		// for the transaction to end).
+		s.log.WarnContext(ctx, "payment event: the answer to its COMMIT was lost; looking it up", "event", e.ID, "order", e.OrderID, "err", err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
 		defer cancel()
-		if a, err := s.paymentAnswer(rctx, e.ID); err == nil {
-			return a, nil
+		a, lerr := s.paymentAnswer(rctx, e.ID)
+		if lerr != nil {
+			return PaymentAnswer{}, apperr.Down(errors.Join(err, lerr))
 		}
-		return PaymentAnswer{}, apperr.Down(err)
+		// Its unit, if it cancelled the order, is in stock_returns: the
+		// expirer returns it.
+		return a, nil
 	case err != nil:
 		return PaymentAnswer{}, apperr.Down(err)
 	}
@@ -136,10 +148,22 @@ func (s *Service) noRow(ctx context.Context, id int64) error {
 	switch {
 	case err != nil:
 		return apperr.Down(err)
-	case p == nil || p.Status == StatusFailed:
+	case p != nil && p.Status == StatusFailed:
 		return ErrBadEvent
+	case p != nil:
+		return errPaymentTooEarly
 	}
-	return errPaymentTooEarly
+	// Async's consumer commits the row, then forgets the pending marker:
+	// read between the two, the order was in neither. A row there now is
+	// paid when the provider retries.
+	o, err := find(ctx, s.db, id)
+	switch {
+	case err != nil:
+		return apperr.Down(err)
+	case o != nil:
+		return errPaymentTooEarly
+	}
+	return ErrBadEvent
 }
 
 // paymentAnswer reads the answer given to event id when it was applied,

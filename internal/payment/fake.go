@@ -21,8 +21,8 @@ import (
 // takes the buyer's word for it and confirms the payment the way a real
 // provider does: it calls the webhook, signed with the shared secret,
 // after Delay, in the background, and again as long as the answer is a
-// 5xx or nothing (a real provider retries until it gets an answer it
-// trusts). With Twice it sends every event twice, the second a moment
+// 5xx, a 429 or nothing (a real provider retries until it gets an answer
+// it trusts). With Twice it sends every event twice, the second a moment
 // after the first: the duplicate delivery every real provider makes
 // sooner or later.
 //
@@ -73,7 +73,7 @@ func (f *Fake) deliver(e Event, wait time.Duration) {
 		case <-time.After(wait):
 		}
 		status, answer := f.Send(e)
-		if status > 0 && status < 500 {
+		if status > 0 && status < 500 && status != http.StatusTooManyRequests {
 			return
 		}
 		f.log.Info("fake payment provider: webhook did not take the event; retrying", "order", e.OrderID, "status", status, "answer", string(answer))

@@ -238,3 +238,43 @@ func TestForgetLetsKeysExpire(t *testing.T) {
 		}
 	}
 }
+
+// A cancelled order's unit comes back once: again (a retry, a second
+// instance) it changes nothing; while the stock key is missing it waits,
+// and a reload that counted it (its order in Load's returned) marks it
+// made, so that the return after the reload adds nothing, while a return
+// the reload did not count adds its unit.
+func TestReturnOncePerOrder(t *testing.T) {
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	ctx := context.Background()
+	id := newVoucher(t, s, 5)
+	t.Cleanup(func() { rdb.Del(ctx, stock.KeysOf(id).Returned) })
+	ret := func(orders ...int64) []stock.ReturnResult {
+		t.Helper()
+		var rs []stock.Returned
+		for _, o := range orders {
+			rs = append(rs, stock.Returned{Order: o})
+		}
+		res, err := s.Return(ctx, id, 1, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if got := ret(1, 2, 1); !slices.Equal(got, []stock.ReturnResult{stock.ReturnAdded, stock.ReturnAdded, stock.ReturnMadeOld}) || left(t, s, id) != 7 {
+		t.Fatalf("returns of orders 1, 2, 1: %v, stock %d; want added, added, made before and 7", got, left(t, s, id))
+	}
+	rdb.Del(ctx, stock.KeysOf(id).Stock) // Redis lost the count
+	if got := ret(3); got[0] != stock.ReturnNoStock {
+		t.Fatalf("a return while the stock key is missing: %v, want no stock", got)
+	}
+	// The reload's snapshot counted order 3's return (MySQL's stock has
+	// it), not order 4's, committed after the snapshot.
+	if loaded, err := s.Load(ctx, id, 1, 8, nil, []stock.Returned{{Order: 3}}); err != nil || !loaded {
+		t.Fatalf("load: %v %v", loaded, err)
+	}
+	if got := ret(3, 4); !slices.Equal(got, []stock.ReturnResult{stock.ReturnMadeOld, stock.ReturnAdded}) || left(t, s, id) != 9 {
+		t.Fatalf("returns after the reload: %v, stock %d; want made before, added and 9", got, left(t, s, id))
+	}
+}

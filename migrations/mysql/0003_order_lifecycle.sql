@@ -16,9 +16,12 @@ ALTER TABLE vouchers
 -- the deadline is kept: every instance looks up the unpaid orders whose
 -- pay_by has passed, in an index range, with no timer in any process.
 --
--- Old instances running beside new ones during an upgrade still write
--- 'created' with no pay_by: new ones read 'created' as 'unpaid', and their
--- sweep gives such rows their status and deadline (order.Service.Expire).
+-- The orders of 'created', before the lifecycle, are not touched here:
+-- instances of the old version may still be writing them during the
+-- upgrade, so the new ones read 'created' as 'unpaid', and their expirer
+-- gives such rows their status, amount and deadline, a voucher at a time
+-- (order.Service.Expire). (key ..._voucher_status lets the live page count
+-- a voucher's orders by status from the index alone.)
 ALTER TABLE voucher_orders
     ALTER COLUMN status SET DEFAULT 'unpaid',
     ADD COLUMN amount        BIGINT      NOT NULL DEFAULT 0,
@@ -28,11 +31,8 @@ ALTER TABLE voucher_orders
     ADD COLUMN refunded_at   DATETIME(3) NULL,
     ADD COLUMN cancel_reason VARCHAR(16) NULL,
     ADD COLUMN bucket        INT         NOT NULL DEFAULT 0,
-    ADD KEY idx_voucher_orders_due (status, pay_by);
-
-UPDATE voucher_orders o JOIN vouchers v ON v.id = o.voucher_id
-   SET o.status = 'unpaid', o.pay_by = o.created_at + INTERVAL v.pay_within SECOND
- WHERE o.status = 'created';
+    ADD KEY idx_voucher_orders_due (status, pay_by),
+    ADD KEY idx_voucher_orders_voucher_status (voucher_id, status);
 
 -- The payment events applied, each once: the webhook inserts its event_id
 -- first, in the transaction that changes the order, with the answer it

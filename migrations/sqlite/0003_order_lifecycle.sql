@@ -13,6 +13,7 @@ ALTER TABLE voucher_orders ADD COLUMN refunded_at DATETIME;
 ALTER TABLE voucher_orders ADD COLUMN cancel_reason TEXT;
 ALTER TABLE voucher_orders ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS idx_voucher_orders_due ON voucher_orders (status, pay_by);
+CREATE INDEX IF NOT EXISTS idx_voucher_orders_voucher_status ON voucher_orders (voucher_id, status);
 
 CREATE TABLE IF NOT EXISTS payment_events (
     event_id   TEXT     PRIMARY KEY,
