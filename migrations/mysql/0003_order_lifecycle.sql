@@ -16,12 +16,8 @@ ALTER TABLE vouchers
 -- the deadline is kept: every instance looks up the unpaid orders whose
 -- pay_by has passed, in an index range, with no timer in any process.
 --
--- The orders of 'created', before the lifecycle, are not touched here:
--- instances of the old version may still be writing them during the
--- upgrade, so the new ones read 'created' as 'unpaid', and their expirer
--- gives such rows their status, amount and deadline, a voucher at a time
--- (order.Service.Expire). (key ..._voucher_status lets the live page count
--- a voucher's orders by status from the index alone.)
+-- (key ..._voucher_status lets the live page count a voucher's orders by
+-- status from the index alone.)
 ALTER TABLE voucher_orders
     ALTER COLUMN status SET DEFAULT 'unpaid',
     ADD COLUMN amount        BIGINT      NOT NULL DEFAULT 0,
@@ -33,6 +29,17 @@ ALTER TABLE voucher_orders
     ADD COLUMN bucket        INT         NOT NULL DEFAULT 0,
     ADD KEY idx_voucher_orders_due (status, pay_by),
     ADD KEY idx_voucher_orders_voucher_status (voucher_id, status);
+
+-- The orders before the lifecycle ('created') become unpaid, due
+-- created_at + 900 s: every voucher made before has the defaults just
+-- added, price 0 and pay_within 900, so no JOIN is needed (one would
+-- share-lock the vouchers' rows, and deadlock with an old instance's
+-- order waiting for one). Instances of the old version may still write
+-- 'created' during the rollout: the new ones read it as 'unpaid', and
+-- their expirer dates such rows (order.Service.Expire). Run again after a
+-- start cut short, it finds nothing left to change.
+UPDATE voucher_orders SET status = 'unpaid', amount = 0, pay_by = created_at + INTERVAL 900 SECOND
+ WHERE status = 'created';
 
 -- The payment events applied, each once: the webhook inserts its event_id
 -- first, in the transaction that changes the order, with the answer it
