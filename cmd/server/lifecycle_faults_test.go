@@ -31,13 +31,14 @@ func TestLifecycleSurvivesFaults(t *testing.T) {
 	}
 	faults := []struct {
 		faultCase
-		reachable bool // MySQL answers throughout: every delivery must be a 200
+		reachable    bool // MySQL answers throughout: every delivery and every cancel must be a 200 at once
+		cancelsFirst bool // the cancels before the payments
 	}{
 		{faultCase{name: "mysql cut 2s", inject: func(t *testing.T, r *rig) {
 			r.my.Cut()
 			time.Sleep(2 * time.Second)
 			r.my.Heal()
-		}}, false},
+		}}, false, false},
 		{faultCase{name: "payment commit reply dropped", inject: func(t *testing.T, r *rig) {
 			// The first COMMIT once armed is a payment's: the expirer opens
 			// no transaction while nothing is due, and the cancels wait
@@ -47,21 +48,30 @@ func TestLifecycleSurvivesFaults(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Error("no COMMIT passed the proxy while the payments ran")
 			}
-		}}, true},
+		}}, true, false},
+		{faultCase{name: "cancel commit reply dropped", inject: func(t *testing.T, r *rig) {
+			// The same, with the cancels first: the first COMMIT is a
+			// buyer's cancel, whose buyer must be told it is cancelled.
+			select {
+			case <-r.my.DropReplyAfter(faultproxy.MySQLQuery("COMMIT")):
+			case <-time.After(5 * time.Second):
+				t.Error("no COMMIT passed the proxy while the cancels ran")
+			}
+		}}, true, true},
 		{faultCase{name: "redis restarted empty", own: "redis", inject: func(t *testing.T, r *rig) {
 			r.ownRedis.Kill()
 			time.Sleep(100 * time.Millisecond)
 			r.ownRedis.Restart(t)
-		}}, true},
+		}}, true, false},
 	}
 	for _, mode := range []string{"sync", "async"} {
 		for _, f := range faults {
-			t.Run(mode+"/"+f.name, func(t *testing.T) { lifecycleWithFault(t, mode, f.faultCase, f.reachable) })
+			t.Run(mode+"/"+f.name, func(t *testing.T) { lifecycleWithFault(t, mode, f.faultCase, f.reachable, f.cancelsFirst) })
 		}
 	}
 }
 
-func lifecycleWithFault(t *testing.T, mode string, fc faultCase, reachable bool) {
+func lifecycleWithFault(t *testing.T, mode string, fc faultCase, reachable, cancelsFirst bool) {
 	r := newRig(t, fc.own)
 	insts := r.instances(t, mode, 3)
 	const initial, price, within = 60, 500, 8
@@ -106,35 +116,50 @@ func lifecycleWithFault(t *testing.T, mode string, fc faultCase, reachable bool)
 	}
 	injected := make(chan struct{})
 	go func() { defer close(injected); fc.inject(t, r) }()
-	var pays sync.WaitGroup
-	for i, u := range users[:initial/3] {
-		id, _ := strconv.ParseInt(won[u.ID], 10, 64)
-		e := payment.Event{ID: fmt.Sprintf("evt_%d", id), OrderID: id, Amount: price}
-		for k := range 2 {
-			pays.Go(func() {
-				retrying(func(try int) (reply, error) {
-					got, err := webhook(insts[(i+k+try)%3].Base, e)
-					mu.Lock()
-					answers = append(answers, answer{e.ID, got})
-					mu.Unlock()
-					return got, err
+	pay := func() {
+		var pays sync.WaitGroup
+		for i, u := range users[:initial/3] {
+			id, _ := strconv.ParseInt(won[u.ID], 10, 64)
+			e := payment.Event{ID: fmt.Sprintf("evt_%d", id), OrderID: id, Amount: price}
+			for k := range 2 {
+				pays.Go(func() {
+					retrying(func(try int) (reply, error) {
+						got, err := webhook(insts[(i+k+try)%3].Base, e)
+						mu.Lock()
+						answers = append(answers, answer{e.ID, got})
+						mu.Unlock()
+						return got, err
+					})
 				})
+			}
+		}
+		pays.Wait()
+	}
+	cancel := func() {
+		var cancels sync.WaitGroup
+		for i, u := range users[initial/3 : 2*initial/3] {
+			cancels.Go(func() {
+				got := retrying(func(try int) (reply, error) {
+					r, err := call("POST", insts[(i+try)%3].Base+"/orders/"+won[u.ID]+"/cancel", u.Token, nil)
+					if reachable && err == nil && r.Status != http.StatusOK {
+						t.Errorf("cancel order %s with MySQL reachable: %d %s, want 200 at once", won[u.ID], r.Status, r.Raw)
+					}
+					return r, err
+				})
+				if got.Status != http.StatusOK || got.Str("status") != "cancelled" {
+					t.Errorf("cancel order %s: %d %s", won[u.ID], got.Status, got.Raw)
+				}
 			})
 		}
+		cancels.Wait()
 	}
-	pays.Wait()
-	var cancels sync.WaitGroup
-	for i, u := range users[initial/3 : 2*initial/3] {
-		cancels.Go(func() {
-			got := retrying(func(try int) (reply, error) {
-				return call("POST", insts[(i+try)%3].Base+"/orders/"+won[u.ID]+"/cancel", u.Token, nil)
-			})
-			if got.Status != http.StatusOK || got.Str("status") != "cancelled" {
-				t.Errorf("cancel order %s: %d %s", won[u.ID], got.Status, got.Raw)
-			}
-		})
+	if cancelsFirst {
+		cancel()
+		pay()
+	} else {
+		pay()
+		cancel()
 	}
-	cancels.Wait()
 	<-injected
 
 	waitFor(t, 30*time.Second, "no order unpaid past its deadline", func() bool {
@@ -167,13 +192,16 @@ func lifecycleWithFault(t *testing.T, mode string, fc faultCase, reachable bool)
 			t.Errorf("order %d is %s, and its payment was answered %s", id, o.status, a.Raw)
 		}
 	}
-	if fc.name == "payment commit reply dropped" {
+	if lostLog := map[string]string{
+		"payment commit reply dropped": "payment event: the answer to its COMMIT was lost",
+		"cancel commit reply dropped":  "order transition: the answer to its COMMIT was lost",
+	}[fc.name]; lostLog != "" {
 		lost := false
 		for _, in := range insts {
-			lost = lost || strings.Contains(in.log.String(), "the answer to its COMMIT was lost")
+			lost = lost || strings.Contains(in.log.String(), lostLog)
 		}
 		if !lost {
-			t.Error("the COMMIT whose answer was dropped was not a payment's: the case proved nothing")
+			t.Errorf("no instance logged %q: the dropped COMMIT was another's, and the case proved nothing", lostLog)
 		}
 	}
 	_, back := checkLifecycle(t, db, rdb, vid, initial)

@@ -51,7 +51,7 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 
 // expireBatch cancels up to expireBatch due orders in one transaction.
 func (s *Service) expireBatch(ctx context.Context) (int, error) {
-	now := s.now().UTC()
+	now := s.stamp()
 	// Most rounds find nothing due: one look at the index, outside any
 	// transaction, and no transaction at all.
 	var first []int64

@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,15 +63,18 @@ func (s *Service) Cancel(ctx context.Context, id, callerID int64) (View, error) 
 	default:
 		return View{}, ErrInvalidState
 	}
-	now := s.now()
+	now := s.stamp()
 	var done bool
 	outcome, err := transact(ctx, s.db, func(tx *gorm.DB) (err error) {
 		done, err = cancel(tx, o, CancelByBuyer, now)
 		return err
 	})
+	if outcome == Unknown {
+		// If it committed, its unit's return is in stock_returns, which
+		// the expirer drains; the buyer is told what the order became.
+		return s.lostAnswer(ctx, id, StatusCancelled, err)
+	}
 	if outcome != Written {
-		// Unknown: if it committed, its unit's return is in stock_returns,
-		// and a retry finds the order cancelled.
 		return View{}, apperr.Down(err)
 	}
 	if done {
@@ -97,12 +101,18 @@ func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (V
 	}
 	done := false
 	if o.Status == StatusPaid {
-		now := s.now()
+		now := s.stamp()
 		outcome, err := transact(ctx, s.db, func(tx *gorm.DB) (err error) {
 			done, err = refund(tx, o, now)
 			return err
 		})
-		if outcome != Written {
+		if outcome == Unknown {
+			// Refunded or not, the buyer learns it; refunded, the
+			// provider is asked below, as for a retry.
+			if _, err := s.lostAnswer(ctx, id, StatusRefunded, err); err != nil {
+				return View{}, err
+			}
+		} else if outcome != Written {
 			return View{}, apperr.Down(err)
 		}
 		if done {
@@ -180,6 +190,34 @@ func (s *Service) mine(ctx context.Context, id, callerID int64, admin bool) (*Or
 		return nil, ErrNotFound
 	}
 	return o, nil
+}
+
+// stamp is the time a transition records: to the millisecond, as MySQL's
+// DATETIME(3) keeps it (and as SQLite then compares it, as text).
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+
+// lostAnswer tells the caller of a transition to status whose COMMIT's
+// answer was lost (cause) what became of order id: it reads the order
+// with a locking read, which waits for a transaction still open on its
+// row, as resolve does for a new order. The order as it is now if it
+// reached status, else the 503 of cause (nothing changed: try again).
+func (s *Service) lostAnswer(ctx context.Context, id int64, status string, cause error) (View, error) {
+	s.log.WarnContext(ctx, "order transition: the answer to its COMMIT was lost; looking it up", "order", id, "to", status, "err", cause)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+	defer cancel()
+	var o *Order
+	var opts *sql.TxOptions
+	if s.db.Dialector.Name() == "mysql" {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	_, err := transactWith(ctx, s.db, opts, func(tx *gorm.DB) (err error) {
+		o, err = lockOrder(tx, id)
+		return err
+	})
+	if err != nil || o == nil || o.Status != status {
+		return View{}, apperr.Down(errors.Join(cause, err))
+	}
+	return o.view(), nil
 }
 
 // row reads order id from MySQL; one that an instance of an older

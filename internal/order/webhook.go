@@ -58,7 +58,7 @@ func (s *Service) ApplyPayment(ctx context.Context, e payment.Event) (PaymentAns
 	if _, err := s.row(ctx, e.OrderID); err != nil {
 		return PaymentAnswer{}, err
 	}
-	now := s.now()
+	now := s.stamp()
 	ans := PaymentAnswer{OrderID: strconv.FormatInt(e.OrderID, 10)}
 	var cancelled *Order
 	outcome, err := transact(ctx, s.db, func(tx *gorm.DB) error {

@@ -16,12 +16,8 @@ import (
 // recreates the stream before any consumer recreates its group, so a
 // stream without the group is never quiet.
 func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
-	rdb := testenv.Redis(t, 15)
+	rdb, q := emptyQueue(t)
 	ctx := context.Background()
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	q := New(rdb)
 	// Two vouchers of one shard: their orders share a stream.
 	const v, other = 7, 7 + stock.Shards
 	quiet := func(want bool, when string) {
@@ -51,12 +47,8 @@ func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
 // the failure is the real server's WRONGTYPE, on a stream key made a
 // string.
 func TestQueueReadsSeeEveryCommandsError(t *testing.T) {
-	rdb := testenv.Redis(t, 15)
+	rdb, q := emptyQueue(t)
 	ctx := context.Background()
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	q := New(rdb)
 	const v = 7
 	rdb.Set(ctx, StreamKey(stock.ShardOf(v)), "not a stream", 0)
 	if q, err := q.Quiet(ctx, v); err == nil {
@@ -73,12 +65,8 @@ func TestQueueReadsSeeEveryCommandsError(t *testing.T) {
 // order ID: Queued counts it once, or a reload would take its unit from
 // the stock twice.
 func TestQueuedCountsAReplayedOrderOnce(t *testing.T) {
-	rdb := testenv.Redis(t, 15)
+	rdb, q := emptyQueue(t)
 	ctx := context.Background()
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	q := New(rdb)
 	const v = 7
 	shard := stock.ShardOf(v)
 	for range 2 {
@@ -89,4 +77,15 @@ func TestQueuedCountsAReplayedOrderOnce(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].OrderID != 42 || got[0].UserID != 5 {
 		t.Fatalf("Queued = %+v, %v; want order 42 of user 5, once", got, err)
 	}
+}
+
+// emptyQueue is a Queue on Redis database 15, this package's alone,
+// flushed.
+func emptyQueue(t *testing.T) (*redis.Client, *Queue) {
+	t.Helper()
+	rdb := testenv.Redis(t, 15)
+	if err := rdb.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, New(rdb)
 }
