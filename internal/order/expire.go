@@ -2,7 +2,6 @@ package order
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -65,11 +64,7 @@ func (s *Service) expireBatch(ctx context.Context) (int, error) {
 	// READ COMMITTED: the locking read locks the due rows it returns and
 	// no gap around them, so that the sale's INSERTs of new unpaid orders
 	// (further along the same index) never wait for a batch.
-	var opts *sql.TxOptions
-	if s.db.Dialector.Name() == "mysql" {
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-	}
-	outcome, err := transactWith(ctx, s.db, opts, func(tx *gorm.DB) error {
+	outcome, err := transactWith(ctx, s.db, readCommitted(s.db), func(tx *gorm.DB) error {
 		// status = 'unpaid' alone, not the guard's IN (... 'created'):
 		// with one status the index hands the rows over in pay_by order
 		// and the read stops at the batch's end; with two, MySQL sorts
@@ -151,7 +146,7 @@ func (s *Service) dateVoucher(ctx context.Context, voucherID, orderID int64) err
 		return nil // the embedded demo has no older instances, nor INTERVAL
 	}
 	// READ COMMITTED: it locks the rows it changes and no gap between them.
-	_, err = transactWith(ctx, s.db, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(tx *gorm.DB) error {
+	_, err = transactWith(ctx, s.db, readCommitted(s.db), func(tx *gorm.DB) error {
 		return tx.Exec(q, args...).Error
 	})
 	if err != nil {

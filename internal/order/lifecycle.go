@@ -2,7 +2,6 @@ package order
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -206,11 +205,7 @@ func (s *Service) lostAnswer(ctx context.Context, id int64, status string, cause
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
 	defer cancel()
 	var o *Order
-	var opts *sql.TxOptions
-	if s.db.Dialector.Name() == "mysql" {
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-	}
-	_, err := transactWith(ctx, s.db, opts, func(tx *gorm.DB) (err error) {
+	_, err := transactWith(ctx, s.db, readCommitted(s.db), func(tx *gorm.DB) (err error) {
 		o, err = lockOrder(tx, id)
 		return err
 	})

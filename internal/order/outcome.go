@@ -162,6 +162,18 @@ func resolve(ctx context.Context, db *gorm.DB, o *Order) (Outcome, error) {
 	}
 }
 
+// readCommitted is the options of a transaction that locks only the rows
+// it reads for update or changes, and no gap around them (READ COMMITTED):
+// a locking read or a batch that must not hold back other buyers'
+// INSERTs. Nil on SQLite (the demo), which has no such level and one
+// writer at a time.
+func readCommitted(db *gorm.DB) *sql.TxOptions {
+	if db.Dialector.Name() != "mysql" {
+		return nil
+	}
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+}
+
 // lockedOrders returns the IDs of the orders of voucherID that users hold,
 // by user, reading with a shared lock: a row whose transaction is still
 // open (its COMMIT on the way) is waited for, not taken for absent. The
@@ -173,12 +185,10 @@ func resolve(ctx context.Context, db *gorm.DB, o *Order) (Outcome, error) {
 func lockedOrders(ctx context.Context, db *gorm.DB, voucherID int64, users []int64) (map[int64]int64, error) {
 	var rows []struct{ ID, UserID int64 }
 	q := "SELECT id, user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN ?"
-	var opts *sql.TxOptions
 	if db.Dialector.Name() == "mysql" {
 		q += " LOCK IN SHARE MODE"
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	_, err := transactWith(ctx, db, opts, func(tx *gorm.DB) error { return tx.Raw(q, voucherID, users).Scan(&rows).Error })
+	_, err := transactWith(ctx, db, readCommitted(db), func(tx *gorm.DB) error { return tx.Raw(q, voucherID, users).Scan(&rows).Error })
 	if err != nil {
 		return nil, fmt.Errorf("look up orders of voucher %d: %w", voucherID, err)
 	}

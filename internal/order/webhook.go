@@ -2,7 +2,6 @@ package order
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -176,12 +175,10 @@ func (s *Service) paymentAnswer(ctx context.Context, id string) (PaymentAnswer, 
 		Refund  bool
 	}
 	q := "SELECT order_id, status, refund FROM payment_events WHERE event_id = ?"
-	var opts *sql.TxOptions
 	if s.db.Dialector.Name() == "mysql" {
 		q += " LOCK IN SHARE MODE"
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	_, err := transactWith(ctx, s.db, opts, func(tx *gorm.DB) error { return tx.Raw(q, id).Scan(&rows).Error })
+	_, err := transactWith(ctx, s.db, readCommitted(s.db), func(tx *gorm.DB) error { return tx.Raw(q, id).Scan(&rows).Error })
 	if err != nil {
 		return PaymentAnswer{}, apperr.Down(fmt.Errorf("read payment event %s: %w", id, err))
 	}
