@@ -36,6 +36,12 @@ type backend struct {
 	reentrant, fencing bool
 	// wakes says a waiter is woken by a release, not by polling.
 	wakes bool
+	// clients, if set, returns n Lockers of their own (connections,
+	// sessions), as n processes would have; otherwise they share locker.
+	clients func(t *testing.T, n int) []Locker
+	// splitVotes says a try-once Obtain may be refused while nobody
+	// holds the lock: contenders split the votes (RedLock).
+	splitVotes bool
 }
 
 // testConformance runs the behaviour every backend promises.
@@ -52,6 +58,23 @@ func testConformance(t *testing.T, b backend) {
 		}
 		mustRelease(t, a)
 		mustRelease(t, mustObtain(t, b.locker, key, 10*time.Second))
+	})
+
+	t.Run("Linearizable", func(t *testing.T) {
+		// Eight clients, half of their calls try-once and half waiting,
+		// on two keys: every answer must fit one order of the calls
+		// against a plain mutex (linearizable_test.go).
+		lockers := make([]Locker, 8)
+		for i := range lockers {
+			lockers[i] = b.locker
+		}
+		if b.clients != nil {
+			lockers = b.clients(t, len(lockers))
+		}
+		checkLinearizable(t, historyRun{
+			lockers: lockers, keys: []string{b.newKey(t), b.newKey(t)},
+			ops: 40, ttl: 10 * time.Second, healthy: true, splitVotes: b.splitVotes,
+		})
 	})
 
 	t.Run("MutualExclusion", func(t *testing.T) {

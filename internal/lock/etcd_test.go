@@ -34,6 +34,13 @@ func TestEtcd(t *testing.T) {
 				t.Fatalf("lock %q is not held", key)
 			}
 		},
+		clients: func(t *testing.T, n int) []Locker {
+			lockers := make([]Locker, n)
+			for i := range lockers {
+				lockers[i] = NewEtcd(srv.Client(t))
+			}
+			return lockers
+		},
 		fencing: true,
 		wakes:   true,
 	})

@@ -2,11 +2,13 @@ package lock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/testenv"
 )
@@ -121,5 +123,202 @@ func TestLockSurvivesLeaderLoss(t *testing.T) {
 		}
 		check(t, connect(testenv.ZooKeeperAddrs(servers)), leader.Kill,
 			func() Locker { return connect(testenv.ZooKeeperAddrs(survivors)) })
+	})
+}
+
+// Many clients' histories stay linearizable against a mutex through each
+// backend's own kind of failure, struck a third of the way in, and every
+// key can be taken at the end (linearizable_test.go): nothing the failure
+// cut short is left behind. Eight clients on two keys, 44 Obtain calls
+// each, half of them try-once; the servers are the test's own.
+func TestLinearizableThroughFailover(t *testing.T) {
+	const clients, ops = 8, 44
+	// third waits until a third of the calls have returned.
+	third := func(h *history) {
+		for h.done.Load() < clients*ops/3 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// ghost bounds how long what a failed call took may remain (see
+	// historyRun).
+	run := func(t *testing.T, lockers []Locker, ttl, ghost time.Duration, fault func(h *history)) {
+		checkLinearizable(t, historyRun{
+			lockers: lockers, keys: []string{testKey(t), testKey(t)},
+			ops: ops, ttl: ttl, ghost: ghost, fault: fault,
+		})
+	}
+
+	t.Run("zookeeper", func(t *testing.T) {
+		// The leader of three servers is killed: sessions move to the
+		// survivors (8 s is ample for the election), and every node a
+		// call left behind must be removed by its client.
+		servers := testenv.StartZooKeeperEnsemble(t, 3)
+		const session = 8 * time.Second
+		lockers := make([]Locker, clients)
+		for i := range lockers {
+			conn, _, err := zk.Connect(testenv.ZooKeeperAddrs(servers), session, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(conn.Close)
+			lockers[i] = NewZooKeeper(conn).WithSessionTimeout(session)
+		}
+		// A call cut short by the election removes what it made once
+		// its client is connected again: within seconds.
+		run(t, lockers, 3*time.Second, 5*time.Second, func(h *history) {
+			third(h)
+			for _, s := range servers {
+				if s.Mode() == "leader" {
+					t.Logf("killing the leader %s at %v", s.Addr(), time.Duration(h.now()).Round(time.Millisecond))
+					s.Kill()
+					return
+				}
+			}
+			t.Error("no leader to kill")
+		})
+	})
+
+	t.Run("etcd", func(t *testing.T) {
+		members := testenv.StartEtcdCluster(t, 3)
+		lockers := make([]Locker, clients)
+		for i := range lockers {
+			lockers[i] = NewEtcd(testenv.EtcdClient(t, members...))
+		}
+		admin := testenv.EtcdClient(t, members...)
+		// What a call cut short took is bound to its lease, which it
+		// revokes, or which runs out: 3 s, and the election.
+		run(t, lockers, 3*time.Second, 5*time.Second, func(h *history) {
+			third(h)
+			for _, m := range members {
+				if m.IsLeader(t, admin) {
+					t.Logf("killing the leader %s at %v", m.Endpoint(), time.Duration(h.now()).Round(time.Millisecond))
+					m.Kill()
+					return
+				}
+			}
+			t.Error("no leader to kill")
+		})
+	})
+
+	t.Run("mysql", func(t *testing.T) {
+		// A holder's session is killed (as a failover of MySQL, or an
+		// operator, ends it): its lock is free at once, and the holder
+		// learns it at its Release (ErrNotHeld).
+		db := testMySQLPool(t, 2*clients)
+		admin := testMySQLPool(t, 2)
+		lockers := make([]Locker, clients)
+		for i := range lockers {
+			lockers[i] = NewMySQL(db)
+		}
+		ctx := context.Background()
+		// A failed call closes its connection: the server frees its lock.
+		run(t, lockers, 3*time.Second, time.Second, func(h *history) {
+			third(h)
+			for killed := 0; killed < 3; {
+				h.mu.Lock()
+				var key string
+				if n := len(h.ops); n > 0 {
+					key = h.ops[n-1].Input.(mutexOp).key
+				}
+				h.mu.Unlock()
+				if key == "" || h.done.Load() >= clients*ops {
+					return
+				}
+				call := h.now()
+				var id sql.NullInt64
+				if err := admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqlName(key)).Scan(&id); err != nil {
+					t.Error(err)
+					return
+				}
+				if !id.Valid {
+					continue
+				}
+				if _, err := admin.ExecContext(ctx, "KILL ?", id.Int64); err != nil {
+					continue // the session ended meanwhile
+				}
+				// KILL returns before the session has gone and freed its lock.
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+					var used sql.NullInt64
+					if err := admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqlName(key)).Scan(&used); err != nil || !used.Valid || used.Int64 != id.Int64 {
+						break
+					}
+				}
+				h.Record([]string{key}, opFailover, call, h.now())
+				killed++
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	})
+
+	t.Run("redis", func(t *testing.T) {
+		// The master is killed and Sentinel promotes its replica. A lock
+		// the replica had not received is lost, and a release it had not
+		// received brings the lock back until its ttl runs out: Redis's
+		// own promise, which the model allows during the failover.
+		s := testenv.StartSentinel(t)
+		const ttl = 3 * time.Second
+		lockers := make([]Locker, clients)
+		for i := range lockers {
+			rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: s.Name, SentinelAddrs: s.Addrs(),
+				MaxRetries: -1, DialTimeout: 2 * time.Second,
+			})
+			t.Cleanup(func() { rdb.Close() })
+			lockers[i] = NewRedis(rdb)
+		}
+		run(t, lockers, ttl, ttl+time.Second, func(h *history) {
+			third(h)
+			old := s.Master(t)
+			call := h.now()
+			old.Kill()
+			s.WaitFailover(t, old, 30*time.Second)
+			ret := h.now()
+			t.Logf("the master failed over in %v", time.Duration(ret-call).Round(time.Millisecond))
+			h.mu.Lock()
+			keys := map[string]bool{}
+			for _, op := range h.ops {
+				keys[op.Input.(mutexOp).key] = true
+			}
+			h.mu.Unlock()
+			for k := range keys {
+				h.Record([]string{k}, opFailoverAsync, call, ret)
+				h.Record([]string{k}, opExpire, call, ret+int64(ttl+time.Second))
+			}
+		})
+	})
+
+	t.Run("redlock", func(t *testing.T) {
+		// Two of the five servers are killed, and restarted empty once
+		// every lock they held has run out: a majority never forgets.
+		const ttl = 2 * time.Second
+		servers := make([]*testenv.RedisServer, 5)
+		for i := range servers {
+			servers[i] = testenv.StartRedis(t)
+		}
+		lockers := make([]Locker, clients)
+		for i := range lockers {
+			rdbs := make([]redis.UniversalClient, len(servers))
+			for j, s := range servers {
+				rdb := redis.NewClient(&redis.Options{
+					Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: 2 * time.Second,
+					ContextTimeoutEnabled: true,
+				})
+				t.Cleanup(func() { rdb.Close() })
+				rdbs[j] = rdb
+			}
+			lockers[i] = NewRedLock(rdbs)
+		}
+		checkLinearizable(t, historyRun{
+			lockers: lockers, keys: []string{testKey(t), testKey(t)},
+			ops: ops, ttl: ttl, ghost: ttl + time.Second, splitVotes: true,
+			fault: func(h *history) {
+				third(h)
+				servers[0].Kill()
+				servers[1].Kill()
+				time.Sleep(ttl + ttl/2)
+				servers[0].Restart(t)
+				servers[1].Restart(t)
+			},
+		})
 	})
 }

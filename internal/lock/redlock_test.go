@@ -24,6 +24,9 @@ func redlockBackend(t *testing.T, servers []*redisServer) backend {
 		// A renewal waits for all five servers to answer.
 		watchTTL: time.Second,
 		newKey:   func(t *testing.T) string { return testKey(t) }, // servers are thrown away
+		// Contenders may each win a minority of the servers and all be
+		// refused (see RedLock).
+		splitVotes: true,
 		steal: func(t *testing.T, key string) {
 			for _, c := range clients {
 				c.Del(context.Background(), keysFor(key).lock) // dead servers fail; fine

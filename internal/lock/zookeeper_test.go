@@ -34,6 +34,13 @@ func TestZooKeeper(t *testing.T) {
 				}
 			}
 		},
+		clients: func(t *testing.T, n int) []Locker {
+			lockers := make([]Locker, n)
+			for i := range lockers {
+				lockers[i] = NewZooKeeper(srv.Connect(t, 2*time.Second)).WithSessionTimeout(2 * time.Second)
+			}
+			return lockers
+		},
 		fencing: true,
 		wakes:   true,
 	})
