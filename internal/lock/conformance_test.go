@@ -75,6 +75,13 @@ func testConformance(t *testing.T, b backend) {
 			lockers: lockers, keys: []string{b.newKey(t), b.newKey(t)},
 			ops: 40, ttl: 10 * time.Second, healthy: true, splitVotes: b.splitVotes,
 		})
+		// Only try-once callers, on one key: one is refused only while
+		// another holds the lock, not because the others' attempts, all
+		// about to fail, stand in its way.
+		checkLinearizable(t, historyRun{
+			lockers: lockers, keys: []string{b.newKey(t)},
+			ops: 40, ttl: 10 * time.Second, healthy: true, splitVotes: b.splitVotes, tryOnly: true,
+		})
 	})
 
 	t.Run("MutualExclusion", func(t *testing.T) {

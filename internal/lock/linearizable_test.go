@@ -194,6 +194,9 @@ type historyRun struct {
 	// healthy says no call may fail: nothing is done to the servers.
 	healthy    bool
 	splitVotes bool
+	// tryOnly makes every call try once: the crowd of try-once callers
+	// in which each one's attempt is about to fail.
+	tryOnly bool
 	// ghost bounds how long after a failed call returns what it took may
 	// remain on the server: the time the client needs to remove it once
 	// the server answers again, or the ttl, lease or session that ends
@@ -225,7 +228,7 @@ func checkLinearizable(t *testing.T, r historyRun) {
 		wg.Go(func() {
 			for range r.ops {
 				key := r.keys[rand.N(len(r.keys))]
-				wait := rand.N(2) == 0
+				wait := !r.tryOnly && rand.N(2) == 0
 				id := int(h.ids.Add(1))
 				var opts []Option
 				limit := 10 * time.Second // a try-once call must not hang
