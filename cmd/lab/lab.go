@@ -16,6 +16,10 @@ type experiment struct {
 	title  string // the mistake, in a few words
 	counts string // what a violation is, singular: "oversold unit"
 	lesson string // one line: what the fix teaches
+	// sequel marks the second half of the experiment before it: the same
+	// question asked of another setup. It shares that one's number, with
+	// a letter ("12b"), so that the numbers of the rest stay put.
+	sequel bool
 	broken func(ctx context.Context) (outcome, error)
 	fixed  func(ctx context.Context) (outcome, error)
 }
@@ -41,13 +45,32 @@ var experiments = []experiment{
 	payDeadline,
 }
 
+// numbers gives each experiment its number, by name, from its place in
+// experiments: the one numbering that -list, the report, the SVG
+// captions and docs/lab.md use (a test reads docs/lab.md to keep it so).
+// A sequel takes the number of the experiment before it and a letter.
+func numbers() map[string]string {
+	out := make(map[string]string, len(experiments))
+	n, letter := 0, 'a'
+	for _, e := range experiments {
+		if e.sequel && n > 0 {
+			letter++
+			out[e.name] = fmt.Sprintf("%d%c", n, letter)
+			continue
+		}
+		n, letter = n+1, 'a'
+		out[e.name] = fmt.Sprint(n)
+	}
+	return out
+}
+
 // An outcome is what one variant did under the experiment's load.
 type outcome struct {
 	// violations counts the breaks of the experiment's invariant that the
 	// lab observed: units oversold, duplicate orders, overlapping lock
 	// holders, and so on. A fixed variant must show 0.
 	violations int
-	// summary says in a few words what happened, for the table.
+	// summary says in a few words what happened, for the report.
 	summary string
 	// measures holds the numbers behind the summary, such as orders
 	// written or buyers refused.
@@ -69,6 +92,7 @@ func (o outcome) MarshalJSON() ([]byte, error) {
 
 // A report is one experiment's run, as printed by -json.
 type report struct {
+	Number string  `json:"number"` // "12b": see numbers
 	Name   string  `json:"name"`
 	Title  string  `json:"title"`
 	Counts string  `json:"counts"`
@@ -79,7 +103,7 @@ type report struct {
 
 // runExperiment runs both variants of e, the broken one first.
 func runExperiment(ctx context.Context, e experiment) (report, error) {
-	r := report{Name: e.name, Title: e.title, Counts: e.counts, Lesson: e.lesson}
+	r := report{Number: numbers()[e.name], Name: e.name, Title: e.title, Counts: e.counts, Lesson: e.lesson}
 	var err error
 	if r.Broken, err = e.broken(ctx); err != nil {
 		return r, fmt.Errorf("broken variant: %w", err)

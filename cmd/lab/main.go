@@ -20,9 +20,9 @@
 //
 // Usage:
 //
-//	go run ./cmd/lab            # every experiment, as a table
+//	go run ./cmd/lab            # every experiment, a block each
 //	go run ./cmd/lab NAME...    # only these
-//	go run ./cmd/lab -list      # names and titles
+//	go run ./cmd/lab -list      # numbers, names and titles
 //	go run ./cmd/lab -json      # the results as JSON
 //	go run ./cmd/lab -svg DIR   # and a timeline of each lock experiment
 //
@@ -42,6 +42,7 @@ import (
 	"os/signal"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 )
 
 func main() {
@@ -76,9 +77,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *list {
+		// The numbers are the lab's, not the places in this list: "lab
+		// -list failover" still says 12.
+		num := numbers()
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		for i, e := range chosen {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", i+1, e.name, e.title)
+		for _, e := range chosen {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", num[e.name], e.name, e.title)
 		}
 		return tw.Flush()
 	}
@@ -110,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := enc.Encode(reports); err != nil {
 			return err
 		}
-	} else if err := printTable(stdout, reports); err != nil {
+	} else if err := printReport(stdout, reports); err != nil {
 		return err
 	}
 	return check(reports)
@@ -146,16 +150,61 @@ func choose(names []string) ([]experiment, error) {
 	return chosen, nil
 }
 
-func printTable(w io.Writer, reports []report) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "EXPERIMENT\tBROKEN: DAMAGE\tFIXED: RESULT\tLESSON")
-	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%s: %s\t%s: %s\t%s\n", r.Name,
-			plural(r.Broken.violations, r.Counts), r.Broken.summary,
-			plural(r.Fixed.violations, r.Counts), r.Fixed.summary,
-			r.Lesson)
+// reportWidth is the widest line printReport writes: it fits an
+// 80-column terminal, with room to spare in a wider one.
+const reportWidth = 80
+
+// printReport writes one block per experiment: its number, name and
+// title, then the broken variant's damage, the fixed one's result and the
+// lesson, each wrapped to reportWidth. (A table with a column each was
+// 330 characters wide: a reader scrolled sideways to find the lesson.)
+//
+//  7. del-after-expiry: plain DEL after the lock expired
+//     broken  1 overlap: A deleted B's lock; C got it while B held it
+//     fixed   0 overlaps: A's release left B's lock alone; C refused
+//     lesson  delete only your own lock: a random token, compared and
+//     deleted in one script
+func printReport(w io.Writer, reports []report) error {
+	var b strings.Builder
+	for i, r := range reports {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		// Every block is indented alike, "1." and "12b." included.
+		head := fmt.Sprintf("%-5s", r.Number+".")
+		indent := strings.Repeat(" ", len(head))
+		writeWrapped(&b, head, indent, r.Name+": "+r.Title)
+		for _, row := range [][2]string{
+			{"broken  ", plural(r.Broken.violations, r.Counts) + ": " + r.Broken.summary},
+			{"fixed   ", plural(r.Fixed.violations, r.Counts) + ": " + r.Fixed.summary},
+			{"lesson  ", r.Lesson},
+		} {
+			writeWrapped(&b, indent+row[0], strings.Repeat(" ", len(indent+row[0])), row[1])
+		}
 	}
-	return tw.Flush()
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeWrapped writes text after first, broken at spaces into lines of at
+// most reportWidth characters, the lines after the first after indent.
+func writeWrapped(b *strings.Builder, first, indent, text string) {
+	line, n := first, utf8.RuneCountInString(first)
+	empty := true // nothing of text on this line yet
+	for _, word := range strings.Fields(text) {
+		wn := utf8.RuneCountInString(word)
+		if !empty && n+1+wn > reportWidth {
+			b.WriteString(line + "\n")
+			line, n, empty = indent, utf8.RuneCountInString(indent), true
+		}
+		if !empty {
+			line, n = line+" ", n+1
+		}
+		// A word longer than a line stays whole: a broken SQL keyword
+		// is worse than a long line.
+		line, n, empty = line+word, n+wn, false
+	}
+	b.WriteString(line + "\n")
 }
 
 // check fails the run if an experiment did not show what it exists to

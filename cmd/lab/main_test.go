@@ -6,13 +6,20 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"seckill/internal/testenv"
 )
@@ -46,25 +53,186 @@ func TestExperiments(t *testing.T) {
 				if r.Fixed.violations != 0 {
 					t.Errorf("run %d: fixed variant showed %d violations: %s", i+1, r.Fixed.violations, r.Fixed.summary)
 				}
+				if i == 0 {
+					checkReportWidth(t, r)
+				}
 			}
 		})
 	}
 }
 
-func TestRunList(t *testing.T) {
+// checkReportWidth prints r as the default run does and fails on a line
+// wider than an 80-column terminal: the real summaries and lessons, not
+// made-up ones, are what must fit.
+func checkReportWidth(t *testing.T, r report) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := printReport(&b, []report{r}); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(b.String()) {
+		line = strings.TrimSuffix(line, "\n")
+		if n := utf8.RuneCountInString(line); n > reportWidth {
+			t.Errorf("a line of %d characters, over %d:\n%s", n, reportWidth, line)
+		}
+	}
+}
+
+func TestWriteWrapped(t *testing.T) {
+	long := strings.Repeat("x", reportWidth+5)
+	tests := []struct {
+		name, text, want string
+	}{
+		{"fits", "a b c", "  lesson  a b c\n"},
+		{"breaks at a space", strings.Repeat("word ", 20),
+			"  lesson  word word word word word word word word word word word word word word\n" +
+				"          word word word word word word\n"},
+		{"a word longer than a line stays whole", "a " + long + " b",
+			"  lesson  a\n          " + long + "\n          b\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeWrapped(&b, "  lesson  ", "          ", tt.text)
+			if b.String() != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", b.String(), tt.want)
+			}
+		})
+	}
+}
+
+// TestNumbering keeps one numbering of the experiments everywhere a reader
+// meets it: -list, the doc comment that opens each experiment's file
+// ("// Experiment 12b: ..."), and docs/lab.md's table and headings. The
+// numbers come from the order of experiments (see numbers); when one is
+// added, moved or split, this test names every place still to change.
+func TestNumbering(t *testing.T) {
+	num := numbers()
+	var want []string // "12b redlock-restart", in the lab's order
+	for _, e := range experiments {
+		want = append(want, num[e.name]+" "+e.name)
+	}
+
 	var stdout, stderr bytes.Buffer
 	if err := run(t.Context(), []string{"-list"}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != len(experiments) {
-		t.Fatalf("-list printed %d lines for %d experiments:\n%s", len(lines), len(experiments), stdout.String())
-	}
-	for i, e := range experiments {
-		if f := strings.Fields(lines[i]); len(f) < 2 || f[1] != e.name {
-			t.Errorf("line %d = %q, want experiment %s", i+1, lines[i], e.name)
+	var listed []string
+	for line := range strings.Lines(stdout.String()) {
+		if f := strings.Fields(line); len(f) >= 2 {
+			listed = append(listed, f[0]+" "+f[1])
 		}
 	}
+	sameList(t, "-list", listed, want)
+
+	doc, err := os.ReadFile("../../docs/lab.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var headings, rows []string
+	for _, m := range regexp.MustCompile("(?m)^### ([0-9]+[a-z]?)\\. `([a-z-]+)`").FindAllStringSubmatch(string(doc), -1) {
+		headings = append(headings, m[1]+" "+m[2])
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| ([0-9]+[a-z]?) \\| `([a-z-]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		rows = append(rows, m[1]+" "+m[2])
+	}
+	sameList(t, "docs/lab.md's headings", headings, want)
+	sameList(t, "docs/lab.md's table", rows, want)
+
+	// The doc comment of each experiment's variable opens with its number.
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commented := map[string]string{} // name -> "12b"
+	for _, path := range files {
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR || len(g.Specs) != 1 {
+				continue
+			}
+			name, ok := experimentName(g.Specs[0])
+			if !ok {
+				continue
+			}
+			m := regexp.MustCompile(`^Experiment ([0-9]+[a-z]?):`).FindStringSubmatch(g.Doc.Text())
+			if m == nil {
+				t.Errorf("%s: the doc comment of experiment %s does not open with \"Experiment N:\"", fset.Position(g.Pos()), name)
+				continue
+			}
+			commented[name] = m[1]
+		}
+	}
+	for _, e := range experiments {
+		if got := commented[e.name]; got != num[e.name] {
+			t.Errorf("experiment %s: its doc comment says %q, the lab numbers it %s", e.name, got, num[e.name])
+		}
+	}
+}
+
+// experimentName returns the name field of `var x = experiment{name: ...}`.
+func experimentName(spec ast.Spec) (string, bool) {
+	v, ok := spec.(*ast.ValueSpec)
+	if !ok || len(v.Values) != 1 {
+		return "", false
+	}
+	lit, ok := v.Values[0].(*ast.CompositeLit)
+	if !ok {
+		return "", false
+	}
+	if id, ok := lit.Type.(*ast.Ident); !ok || id.Name != "experiment" {
+		return "", false
+	}
+	for _, el := range lit.Elts {
+		kv, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			continue
+		}
+		if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "name" {
+			if s, ok := kv.Value.(*ast.BasicLit); ok {
+				name, err := strconv.Unquote(s.Value)
+				return name, err == nil
+			}
+		}
+	}
+	return "", false
+}
+
+// sameList fails unless got and want hold the same items in one order.
+func sameList(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s numbers the experiments\n  %s\nthe lab numbers them\n  %s",
+			what, strings.Join(got, ", "), strings.Join(want, ", "))
+	}
+}
+
+func TestNumbers(t *testing.T) {
+	num := numbers()
+	for name, want := range map[string]string{"oversell": "1", "failover": "12", "redlock-restart": "12b", "in-process-queue": "13"} {
+		if num[name] != want {
+			t.Errorf("numbers()[%q] = %q, want %q", name, num[name], want)
+		}
+	}
+}
+
+// TestRunList runs -list with two names: the numbers printed are the
+// lab's, not their places in the shorter list.
+func TestRunList(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"-list", "failover", "oversell"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for line := range strings.Lines(stdout.String()) {
+		got = append(got, strings.Join(strings.Fields(line)[:2], " "))
+	}
+	sameList(t, "-list failover oversell", got, []string{"1 oversell", "12 failover"})
 }
 
 // TestRunJSON runs two experiments by name, given out of order, and reads

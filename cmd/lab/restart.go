@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Experiment 12, second half: RedLock with a node that restarts without
-// persistence.
+// Experiment 12b: RedLock with a node that restarts without persistence,
+// the second half of experiment 12.
 //
 // RedLock's safety rests on each server keeping the lock for its ttl. A
 // server that crashes and restarts empty forgets it. If A held a bare
@@ -22,6 +22,7 @@ var redlockRestart = experiment{
 	title:  "RedLock node restarted without persistence",
 	counts: "overlap",
 	lesson: "a RedLock server that lost its memory must stay out for a ttl before it votes again",
+	sequel: true, // 12b: experiment 12's cure, put to its own test
 	broken: func(ctx context.Context) (outcome, error) { return bareMajority(ctx, true) },
 	fixed:  func(ctx context.Context) (outcome, error) { return bareMajority(ctx, false) },
 }

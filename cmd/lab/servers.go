@@ -13,13 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Experiment 12 (failover, redlock-restart) needs what miniredis cannot play: replication, and
-// servers that die and come back empty. They run real redis-server
-// processes of the lab's own, on free ports of 127.0.0.1, keeping nothing
-// on disk, stopped when the experiment ends.
+// Experiments 12 and 12b (failover, redlock-restart) need what miniredis
+// cannot play: replication, and servers that die and come back empty.
+// They run real redis-server processes of the lab's own, on free ports of
+// 127.0.0.1, keeping nothing on disk, stopped when the experiment ends.
 
 // quietRedis drops go-redis' own log lines ("failed to dial"): the lab
-// kills servers on purpose, and says so in its table.
+// kills servers on purpose, and says so in its report.
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
