@@ -12,20 +12,31 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// ZooKeeper keeps locks in ZooKeeper with its classic recipe: each
-// acquisition creates an ephemeral sequential node under the lock's
-// directory; the lock belongs to the node with the lowest sequence number,
-// and a waiter watches the node just before its own, so a release (or the
-// death of its session) wakes exactly the next waiter, without polling and
-// without a herd. ZooKeeper is a replicated ensemble: a lock survives the
-// loss of a minority of its servers.
+// ZooKeeper keeps locks in ZooKeeper. The lock is held by whoever created
+// the lock's "owner" node, a fixed name under the lock's directory: a
+// create succeeds exactly when the lock is free, so a try-once Obtain is
+// refused only while somebody holds it. Waiters queue with ZooKeeper's
+// classic recipe: each creates an ephemeral sequential node, and watches
+// the node just before its own, so a release (or the death of a session)
+// wakes exactly the next waiter, without polling and without a herd; the
+// first in line watches the owner node and creates it when it goes.
+// ZooKeeper is a replicated ensemble: a lock survives the loss of a
+// minority of its servers.
 //
 // An ephemeral node lives as long as the session of the client that made
 // it: if the holder's process dies or is cut off, the ensemble deletes its
 // nodes when the session times out (the session timeout given to
 // zk.Connect, which the server bounds to 2 to 20 of its ticks). The ttl
 // given to Obtain is kept on the client, as with MySQL and etcd: when it
-// runs out without renewal, the holder deletes its node.
+// runs out without renewal, the holder deletes its nodes.
+//
+// A node has no ttl of its own, so a node nobody knows about would block
+// the key for as long as the session lives, which the connection's other
+// locks keep alive. Every node therefore carries the acquisition's random
+// token in its name, and a create, delete or release whose answer was lost
+// (the connection closed, the leader died) is followed by a search for the
+// token's nodes, again and again until the connection is back and they
+// are removed, or their session has ended (see giveUp).
 //
 // So the ensemble keeps the session, not the ttl, and a holder trusts its
 // lock until the earlier of its ttl and the session timeout counted from
@@ -48,7 +59,7 @@ import (
 // one znode per buyer behind, forever.
 //
 // Fencing is supported: the token is the zxid that created the lock's
-// node, which only grows across the ensemble. It does not support
+// owner and holder nodes, which only grows across the ensemble. It does not support
 // WithOwner (ErrUnsupported). All locks of one ZooKeeper share its
 // connection's session: if that session expires, all of them are lost.
 type ZooKeeper struct {
@@ -88,15 +99,54 @@ func (z *ZooKeeper) WithSessionTimeout(timeout time.Duration) *ZooKeeper {
 // character; a znode name may not hold "/".
 func (z *ZooKeeper) dir(key string) string { return z.root + "/" + url.PathEscape(key) }
 
-// create makes our node under dir. It is protected: if the reply is lost,
-// the client finds its node by the GUID in its name instead of leaving an
-// orphan in the queue. The directory is made only when missing (each
-// create is a round trip and a write to the ensemble's log): the first time
-// a key is used, and again after the ensemble removed it, empty, which may
-// even happen between ensure and the create that follows.
-func (z *ZooKeeper) create(dir string) (string, error) {
+// The nodes under a lock's directory, all ephemeral. The holder is told by
+// two nodes made in one transaction: "owner", whose name is the same for
+// every holder, so that its create succeeds exactly when the lock is free,
+// and "holder-<token>", which names the holder, so that a Release, a
+// confirmation or a cleanup can tell its own lock from a later holder's
+// (a fixed name cannot: the next holder's owner node looks the same).
+// Waiters queue as "q-<token>-<sequence>" nodes.
+const (
+	zkOwnerNode  = "owner"
+	zkHolderNode = "holder-"
+	zkQueueNode  = "q-"
+)
+
+// A try-once Obtain creates the owner node or is refused: it is refused
+// only while a holder has the lock. (The recipe's queue alone cannot
+// promise that: a try that is about to give up sits in the queue, and
+// another try behind it is refused while nobody holds the lock.) Waiters
+// keep the recipe's fair queue: each watches the node just before its own,
+// and the first in line creates the owner node when it can, watching it
+// meanwhile. A try-once Obtain may take a free lock ahead of the line,
+// as it may on every backend.
+
+// take creates the owner and holder nodes for token in one transaction.
+// The directory is made only when missing (each create is a round trip and
+// a write to the ensemble's log): the first time a key is used, and again
+// after the ensemble removed it, empty, which may even happen between
+// ensure and the create that follows.
+func (z *ZooKeeper) take(dir, token string) error {
 	for attempt := 1; ; attempt++ {
-		path, err := z.conn.CreateProtectedEphemeralSequential(dir+"/lock-", nil, z.acl)
+		_, err := z.conn.Multi(
+			&zk.CreateRequest{Path: dir + "/" + zkOwnerNode, Data: []byte(token), Acl: z.acl, Flags: zk.FlagEphemeral},
+			&zk.CreateRequest{Path: dir + "/" + zkHolderNode + token, Acl: z.acl, Flags: zk.FlagEphemeral},
+		)
+		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
+			return err
+		}
+		if err := z.ensure(dir); err != nil {
+			return err
+		}
+	}
+}
+
+// queue makes a waiter's node under dir. Its name carries the token, so
+// that if the reply is lost the client can still find and remove it
+// ("protected", as Curator calls it).
+func (z *ZooKeeper) queue(dir, token string) (string, error) {
+	for attempt := 1; ; attempt++ {
+		path, err := z.conn.Create(dir+"/"+zkQueueNode+token+"-", nil, zk.FlagEphemeral|zk.FlagSequence, z.acl)
 		if !errors.Is(err, zk.ErrNoNode) || attempt == 3 {
 			return path, err
 		}
@@ -147,6 +197,104 @@ func zkHeld(conn *zk.Conn, path string) (bool, *zk.Stat, error) {
 	return false, nil, err
 }
 
+// giveUp removes what token made under dir, for a call that failed or gave
+// up: its place in the queue and, with owner, the lock itself if it got it.
+// A request whose answer was lost (the connection closed, the leader died)
+// may have been carried out, and an ephemeral node has no ttl: it would
+// stay as long as the session, which the other locks of this connection
+// keep alive, and block the key for good. So giveUp looks for the nodes by
+// the token in their names, again and again, until it has removed them or
+// they are gone with the session. It waits for that until ctx ends or a
+// session timeout has passed, then goes on in the background, so that a
+// caller is never held up for long by an ensemble that does not answer.
+func (z *ZooKeeper) giveUp(ctx context.Context, dir, token string, session int64, owner bool) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		z.remove(dir, token, session, owner)
+	}()
+	t := time.NewTimer(z.session)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// remove is giveUp's loop. It stops when the nodes are gone, when the
+// session that made them has ended (the ensemble removed them), or when
+// the connection was closed (which ends the session too).
+func (z *ZooKeeper) remove(dir, token string, session int64, owner bool) {
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		if z.conn.SessionID() != session {
+			return
+		}
+		err := z.removeOnce(dir, token, owner)
+		if err == nil || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) || !z.pause(wait) {
+			return
+		}
+	}
+}
+
+// pause waits for d, and reports false if the connection was closed
+// meanwhile. A closed connection is "disconnected" for good; one being
+// re-established is "connecting", and disconnected only for a moment.
+func (z *ZooKeeper) pause(d time.Duration) bool {
+	const look = 20 * time.Millisecond
+	disconnected := 0
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(look) {
+		if z.conn.State() != zk.StateDisconnected {
+			disconnected = 0
+		} else if disconnected++; disconnected == 5 {
+			return false
+		}
+	}
+	return true
+}
+
+// removeOnce deletes token's queue nodes and, with owner, its hold on the
+// lock. Sync first: the server answering may have reconnected us after
+// the create it must find, and lag behind it.
+func (z *ZooKeeper) removeOnce(dir, token string, owner bool) error {
+	if _, err := z.conn.Sync(dir); err != nil {
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil // no directory: nothing was made
+		}
+		return err
+	}
+	children, _, err := z.conn.Children(dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range children {
+		mine := strings.HasPrefix(c, zkQueueNode+token+"-")
+		if owner && c == zkHolderNode+token {
+			err = zkRelease(z.conn, dir, token)
+		} else if mine {
+			err = z.conn.Delete(dir+"/"+c, -1)
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+	}
+	return nil
+}
+
+// zkRelease deletes token's holder node and the owner node in one
+// transaction, which fails, deleting neither, if the holder node is gone:
+// then the owner node is some later holder's.
+func zkRelease(conn *zk.Conn, dir, token string) error {
+	_, err := conn.Multi(
+		&zk.DeleteRequest{Path: dir + "/" + zkHolderNode + token, Version: -1},
+		&zk.DeleteRequest{Path: dir + "/" + zkOwnerNode, Version: -1},
+	)
+	return err
+}
+
 // Obtain acquires the lock named key for ttl. See Locker.
 func (z *ZooKeeper) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (Lock, error) {
 	if err := checkTTL(ttl); err != nil {
@@ -159,12 +307,13 @@ func (z *ZooKeeper) Obtain(ctx context.Context, key string, ttl time.Duration, o
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	dir, token := z.dir(key), newToken()
 	// The zk client's calls take no context, and give up only when the
 	// connection is found dead, two thirds of the session timeout later.
 	// So the acquisition runs in a goroutine that Obtain stops waiting for
-	// when ctx ends; a node it makes after that is deleted.
-	a, err := orAbandon(ctx, func() (zkAcquired, error) { return z.acquire(ctx, key, o) },
-		func(a zkAcquired) { _ = z.conn.Delete(a.path, -1) })
+	// when ctx ends; a lock it takes after that is given back.
+	a, err := orAbandon(ctx, func() (zkAcquired, error) { return z.acquire(ctx, key, dir, token, o) },
+		func(a zkAcquired) { z.remove(dir, token, a.session, true) })
 	if err != nil {
 		if !errors.Is(err, ErrNotAcquired) && ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -172,8 +321,12 @@ func (z *ZooKeeper) Obtain(ctx context.Context, key string, ttl time.Duration, o
 		return nil, err
 	}
 	start := a.confirmed
-	h := &zkHolder{conn: z.conn, path: a.path, session: a.session, timeout: z.session}
-	h.keep(start.Add(ttl), promise(start, z.session), z.session/3, h.confirm, func() { _ = z.conn.Delete(a.path, -1) })
+	h := &zkHolder{z: z, dir: dir, token: token, session: a.session, timeout: z.session}
+	h.keep(start.Add(ttl), promise(start, z.session), z.session/3, h.confirm, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		z.giveUp(ctx, dir, token, a.session, true)
+	})
 	lk, err := newLock(ctx, key, a.fence, start, ttl, h, o)
 	if err != nil {
 		return nil, err
@@ -182,53 +335,82 @@ func (z *ZooKeeper) Obtain(ctx context.Context, key string, ttl time.Duration, o
 	return lk, nil
 }
 
-// zkAcquired is what acquire took: the lock's node, the session that owns
-// it, when the request that last confirmed the node was sent, and the
-// fencing token.
+// zkAcquired is what acquire took: the session that owns its nodes, when
+// the request that took the lock was sent, and the fencing token.
 type zkAcquired struct {
-	path      string
 	session   int64
 	confirmed time.Time
 	fence     int64
 }
 
-// acquire creates our node and, if it is not the lowest, gives up or
-// waits until it is.
-func (z *ZooKeeper) acquire(ctx context.Context, key string, o options) (zkAcquired, error) {
-	dir := z.dir(key)
-	sent := time.Now()
-	path, err := z.create(dir)
-	if err != nil {
-		return zkAcquired{}, fmt.Errorf("lock: obtain %q: %w", key, err)
-	}
-	a := zkAcquired{path: path, session: z.conn.SessionID(), confirmed: sent}
-	mine := path[strings.LastIndex(path, "/")+1:]
-	giveUp := func(err error) (zkAcquired, error) {
-		_ = z.conn.Delete(path, -1)
+// acquire takes the lock for token: at once, or by waiting in line.
+// Whatever way it fails, it leaves nothing behind (see giveUp).
+//
+// The session its nodes belong to is read after a request: a connection
+// has none until it is established, and keeps its ID while it reconnects.
+func (z *ZooKeeper) acquire(ctx context.Context, key, dir, token string, o options) (zkAcquired, error) {
+	fail := func(owner bool, err error) (zkAcquired, error) {
+		z.giveUp(ctx, dir, token, z.conn.SessionID(), owner)
 		return zkAcquired{}, err
 	}
+	if !o.wait {
+		sent := time.Now()
+		err := z.take(dir, token)
+		switch {
+		case err == nil:
+			return z.took(key, dir, token, sent, o)
+		case errors.Is(err, zk.ErrNodeExists):
+			return zkAcquired{}, ErrNotAcquired // a holder has the lock
+		}
+		return fail(true, fmt.Errorf("lock: obtain %q: %w", key, err))
+	}
+	path, err := z.queue(dir, token)
+	if err != nil {
+		return fail(false, fmt.Errorf("lock: obtain %q: %w", key, err))
+	}
+	session := z.conn.SessionID()
+	mine := path[strings.LastIndex(path, "/")+1:]
 	for {
 		children, _, err := z.conn.Children(dir)
 		if err != nil {
-			return giveUp(fmt.Errorf("lock: obtain %q: %w", key, err))
+			return fail(false, fmt.Errorf("lock: obtain %q: %w", key, err))
 		}
-		sort.Slice(children, func(i, j int) bool { return seq(children[i]) < seq(children[j]) })
-		i := sort.Search(len(children), func(i int) bool { return seq(children[i]) >= seq(mine) })
-		if i == len(children) || children[i] != mine {
+		var line []string
+		for _, c := range children {
+			if strings.HasPrefix(c, zkQueueNode) {
+				line = append(line, c)
+			}
+		}
+		sort.Slice(line, func(i, j int) bool { return seq(line[i]) < seq(line[j]) })
+		i := sort.Search(len(line), func(i int) bool { return seq(line[i]) >= seq(mine) })
+		if i == len(line) || line[i] != mine {
 			// Our node is gone: the session expired meanwhile.
 			return zkAcquired{}, fmt.Errorf("lock: obtain %q: the session ended while waiting: %w", key, ErrNotAcquired)
 		}
-		if i == 0 {
-			break // the lowest: ours
-		}
-		if !o.wait {
-			return giveUp(ErrNotAcquired)
-		}
 		// Watch the node just before ours, not the holder's: each waiter
-		// is woken by one deletion only.
-		exists, _, ch, err := z.conn.ExistsW(dir + "/" + children[i-1])
+		// is woken by one deletion only. The first in line watches the
+		// owner node.
+		watch := dir + "/" + zkOwnerNode
+		if i > 0 {
+			watch = dir + "/" + line[i-1]
+		} else {
+			sent := time.Now()
+			err := z.take(dir, token)
+			switch {
+			case err == nil:
+				// Out of the line: the next waiter is first now, and
+				// watches the owner node.
+				if err := z.conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					go z.remove(dir, token, session, false)
+				}
+				return z.took(key, dir, token, sent, o)
+			case !errors.Is(err, zk.ErrNodeExists):
+				return fail(true, fmt.Errorf("lock: obtain %q: %w", key, err))
+			}
+		}
+		exists, _, ch, err := z.conn.ExistsW(watch)
 		if err != nil {
-			return giveUp(fmt.Errorf("lock: obtain %q: %w", key, err))
+			return fail(false, fmt.Errorf("lock: obtain %q: %w", key, err))
 		}
 		if !exists {
 			continue
@@ -236,53 +418,54 @@ func (z *ZooKeeper) acquire(ctx context.Context, key string, o options) (zkAcqui
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return giveUp(ctx.Err())
+			return fail(false, ctx.Err())
 		}
 	}
-	if o.wait || o.fencing {
-		// A waiter learned of the handover from the server it talks to,
-		// perhaps a follower behind the leader, and its session was last
-		// confirmed before it waited: it confirms its node now, and the
-		// lock's time counts from before that. The answer holds the zxid
-		// that created the node, the fencing token.
-		sent := time.Now()
-		ok, stat, err := zkHeld(z.conn, path)
+}
+
+// took completes an acquisition whose transaction, sent at sent, made the
+// lock ours. The ensemble's answer to a write confirms the session, so the
+// lock's time counts from then. With fencing, the token is the zxid that
+// created the holder node, which only grows across the ensemble.
+func (z *ZooKeeper) took(key, dir, token string, sent time.Time, o options) (zkAcquired, error) {
+	a := zkAcquired{session: z.conn.SessionID(), confirmed: sent}
+	if o.fencing {
+		ok, stat, err := zkHeld(z.conn, dir+"/"+zkHolderNode+token)
 		switch {
 		case err != nil:
-			return giveUp(fmt.Errorf("lock: obtain %q: confirm its node: %w", key, err))
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			defer cancel()
+			z.giveUp(ctx, dir, token, a.session, true)
+			return zkAcquired{}, fmt.Errorf("lock: obtain %q: read its fencing token: %w", key, err)
 		case !ok:
-			return zkAcquired{}, fmt.Errorf("lock: obtain %q: the session ended while waiting: %w", key, ErrNotAcquired)
+			return zkAcquired{}, fmt.Errorf("lock: obtain %q: the session ended: %w", key, ErrNotAcquired)
 		}
-		if o.wait {
-			a.confirmed = sent
-		}
-		if o.fencing {
-			a.fence = stat.Czxid
-		}
+		a.fence = stat.Czxid
 	}
 	return a, nil
 }
 
-// zkHolder is one lock held by one node.
+// zkHolder is one lock held by one holder node.
 type zkHolder struct {
-	clientTTL // ends by deleting the node
-	conn      *zk.Conn
-	path      string
-	session   int64         // the session that owns the node
+	clientTTL // ends by deleting the nodes
+	z         *ZooKeeper
+	dir       string
+	token     string
+	session   int64         // the session that owns the nodes
 	timeout   time.Duration // the session's
 }
 
-// confirm checks that the node still exists and returns how long the
-// ensemble now keeps the session: its timeout, from before the request.
+// confirm checks that the holder node still exists and returns how long
+// the ensemble now keeps the session: its timeout, from before the request.
 func (h *zkHolder) confirm(ctx context.Context) (time.Time, error) {
-	if h.conn.SessionID() != h.session {
+	if h.z.conn.SessionID() != h.session {
 		// The session expired, and the client opened a new one: the
 		// ensemble deleted the old one's nodes.
 		return time.Time{}, ErrNotHeld
 	}
 	sent := time.Now()
 	ok, err := orAbandon(ctx, func() (bool, error) {
-		ok, _, err := zkHeld(h.conn, h.path)
+		ok, _, err := zkHeld(h.z.conn, h.dir+"/"+zkHolderNode+h.token)
 		return ok, err
 	}, nil)
 	switch {
@@ -303,17 +486,23 @@ func (h *zkHolder) extend(ctx context.Context, ttl time.Duration) error {
 	return h.renew(sent, ttl, promised, err)
 }
 
+// release deletes the holder and owner nodes here rather than by drop, to
+// tell a lock already gone. If the answer is lost, the nodes may be there
+// still: giveUp looks for them until it has removed them.
 func (h *zkHolder) release(ctx context.Context) error {
 	if !h.released() {
 		return ErrNotHeld
 	}
-	// Deleted here rather than by drop, to tell a node already gone.
-	_, err := orAbandon(ctx, func() (struct{}, error) { return struct{}{}, h.conn.Delete(h.path, -1) }, nil)
+	if h.z.conn.SessionID() != h.session {
+		return ErrNotHeld // the session expired, and its nodes with it
+	}
+	_, err := orAbandon(ctx, func() (struct{}, error) { return struct{}{}, zkRelease(h.z.conn, h.dir, h.token) }, nil)
 	switch {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrSessionExpired):
 		return ErrNotHeld
 	case err != nil:
-		return err
+		h.z.giveUp(ctx, h.dir, h.token, h.session, true)
+		return fmt.Errorf("lock: release: %w", err)
 	}
 	return nil
 }
