@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -11,22 +12,30 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-// Etcd keeps locks in etcd with the client's own recipe
-// (go.etcd.io/etcd/client/v3/concurrency): each acquisition opens a session
-// (a lease the client keeps alive) and puts a key under the lock's prefix
-// bound to that lease; the lock belongs to the key with the lowest create
-// revision, and a waiter watches the key just before its own, so a release
-// wakes exactly the next waiter, without polling. etcd is a Raft cluster:
-// a lock survives the loss of a minority of its members, and a new leader
-// never forgets it (unlike a Redis replica that missed the last write).
+// Etcd keeps locks in etcd. Each acquisition opens a session (a lease the
+// client keeps alive); the lock is held by the session whose lease the
+// lock's "owner" key is bound to, put only if absent, so a try-once Obtain
+// is refused only while somebody holds the lock. Waiters queue with the
+// client's own recipe (go.etcd.io/etcd/client/v3/concurrency): each puts a
+// key bound to its lease, the lowest create revision first, and watches
+// the key just before its own, so a release wakes exactly the next waiter,
+// without polling. etcd is a Raft cluster: a lock survives the loss of a
+// minority of its members, and a new leader never forgets it (unlike a
+// Redis replica that missed the last write).
 //
 // The lease is what etcd keeps. It lasts whole seconds (no fewer than the
 // server's minimum, about 2 s by default), the session refreshes it every
-// third of that, and when it runs out etcd deletes the lock's key and the
+// third of that, and when it runs out etcd deletes the lock's keys and the
 // next waiter has the lock: so it frees the lock of a holder that died or
 // was cut off. The ttl given to Obtain and Extend is kept on the client,
 // as with MySQL: when it runs out without renewal, the holder revokes its
 // lease at once.
+//
+// Every key a call puts is bound to its lease, and a call that fails, or
+// whose answer is lost (the connection closed, the leader died), revokes
+// the lease, which deletes whatever the call put; if the revoke's answer
+// is lost too, the lease, no longer kept alive, runs out on the server.
+// So nothing a call leaves behind outlives its lease.
 //
 // A holder trusts its lock until the earlier of two times: its ttl, and
 // the end of the lease as etcd last promised it, counted from before the
@@ -59,6 +68,76 @@ func leaseSeconds(ttl time.Duration) int {
 	return max(int((ttl+time.Second-1)/time.Second), 1)
 }
 
+// base is the prefix of every key of the lock named key. A key may hold
+// any character, "/" too: escaped, one lock's keys never fall under
+// another's prefix.
+func (e *Etcd) base(key string) string { return e.prefix + url.PathEscape(key) }
+
+// The keys under a lock's base, all bound to their client's lease:
+// "owner", which the holder puts only if it is absent, so that the put
+// succeeds exactly when the lock is free, and the waiters' queue, the
+// recipe's Mutex under "queue/".
+//
+// A try-once Obtain puts the owner key or is refused: it is refused only
+// while a holder has the lock. (The recipe's TryLock cannot promise that:
+// a try puts its key in the queue and gives up if an earlier key is there,
+// which may be another try about to give up too, while nobody holds the
+// lock.) Waiters keep the recipe's fair queue: each watches the key just
+// before its own; the first in line puts the owner key when it can,
+// watching it meanwhile, and stays in the queue until it releases, so the
+// next in line wakes when the owner key goes with it. A try-once Obtain
+// may take a free lock ahead of the line, as it may on every backend.
+const (
+	etcdOwner = "owner"
+	etcdQueue = "queue"
+)
+
+// take puts the owner key, bound to s's lease, if nobody has.
+func (e *Etcd) take(ctx context.Context, s *concurrency.Session, owner string) (*clientv3.TxnResponse, error) {
+	return s.Client().Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(owner), "=", 0)).
+		Then(clientv3.OpPut(owner, "", clientv3.WithLease(s.Lease()))).
+		Commit()
+}
+
+// wait gets in line under base, and once first, takes the owner key as
+// soon as it is free.
+func (e *Etcd) wait(ctx context.Context, s *concurrency.Session, base string) (*clientv3.TxnResponse, error) {
+	m := concurrency.NewMutex(s, base+"/"+etcdQueue)
+	// The recipe's Lock, when its wait is cut short, deletes our key under
+	// the client's own context, which has no deadline: against an etcd
+	// that does not answer it would hold Obtain up for good. So it runs in
+	// a goroutine that Obtain stops waiting for when ctx ends (the caller
+	// then revokes the lease, which deletes the key).
+	if _, err := orAbandon(ctx, func() (struct{}, error) { return struct{}{}, m.Lock(ctx) }, nil); err != nil {
+		return nil, err
+	}
+	owner := base + "/" + etcdOwner
+	for {
+		took, err := e.take(ctx, s, owner)
+		if err != nil || took.Succeeded {
+			return took, err
+		}
+		// A try-once caller holds it: wait for its owner key to go. A
+		// member cut off from the leader ends the watch, and we ask again.
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		events := s.Client().Watch(wctx, owner, clientv3.WithRev(took.Header.Revision+1))
+		for gone := false; !gone; {
+			resp, ok := <-events
+			if !ok || resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				gone = gone || ev.Type == clientv3.EventTypeDelete
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
 // Obtain acquires the lock named key for ttl. See Locker.
 func (e *Etcd) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (Lock, error) {
 	if err := checkTTL(ttl); err != nil {
@@ -87,35 +166,34 @@ func (e *Etcd) Obtain(ctx context.Context, key string, ttl time.Duration, opts .
 	if err != nil {
 		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 	}
-	m := concurrency.NewMutex(s, e.prefix+key)
-	// The recipe's Lock, when its wait is cut short, deletes our key under
-	// the client's own context, which has no deadline: against an etcd
-	// that does not answer it would hold Obtain up for good. So it runs in
-	// a goroutine that Obtain stops waiting for when ctx ends.
-	_, err = orAbandon(ctx, func() (struct{}, error) {
-		var err error
-		if o.wait {
-			err = m.Lock(ctx)
-		} else {
-			err = m.TryLock(ctx)
+	base := e.base(key)
+	owner := base + "/" + etcdOwner
+	var took *clientv3.TxnResponse
+	if o.wait {
+		took, err = e.wait(ctx, s, base)
+	} else {
+		took, err = e.take(ctx, s, owner)
+		if err == nil && !took.Succeeded {
+			err = ErrNotAcquired // a holder has the lock
 		}
-		if err != nil {
-			// Revoking the lease deletes our key, if the request that
-			// made it got through after all.
-			closeSession(s)
-		}
-		return struct{}{}, err
-	}, func(struct{}) { closeSession(s) })
+	}
 	if err != nil {
-		switch {
-		case errors.Is(err, concurrency.ErrLocked):
-			return nil, ErrNotAcquired
-		case ctx.Err() != nil:
+		// Revoking the lease deletes whatever this call put, if a request
+		// whose answer was lost got through after all. If the revoke
+		// fails too, the lease, no longer kept alive, runs out on the
+		// server: nothing outlives it. A revoke may wait on an etcd that
+		// does not answer, so a caller whose ctx ended does not wait.
+		if ctx.Err() != nil {
+			go closeSession(s)
 			return nil, ctx.Err()
+		}
+		closeSession(s)
+		if err == ErrNotAcquired {
+			return nil, err
 		}
 		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 	}
-	h := &etcdHolder{s: s, m: m}
+	h := &etcdHolder{s: s, owner: owner}
 	promised := promise(start, lease)
 	if o.wait {
 		// The lock was handed over when the key before ours went; the
@@ -136,7 +214,7 @@ func (e *Etcd) Obtain(ctx context.Context, key string, ttl time.Duration, opts .
 	}
 	var fence int64
 	if o.fencing {
-		fence = m.Header().Revision
+		fence = took.Header.Revision // the revision that put the owner key
 	}
 	h.keep(start.Add(ttl), promised, lease/3, h.confirm, func() { closeSession(s) })
 	lk, err := newLock(ctx, key, fence, start, ttl, h, o)
@@ -163,7 +241,7 @@ func closeSession(s *concurrency.Session) {
 type etcdHolder struct {
 	clientTTL // ends by revoking the session's lease
 	s         *concurrency.Session
-	m         *concurrency.Mutex
+	owner     string // the lock's owner key
 }
 
 // confirm refreshes the lease once and returns how long etcd now keeps it:
@@ -183,15 +261,15 @@ func (h *etcdHolder) confirm(ctx context.Context) (time.Time, error) {
 	return promise(sent, time.Duration(resp.TTL)*time.Second), nil
 }
 
-// held reports whether the lock's key still exists under this session's
-// lease: it is gone if the lease expired, or somebody deleted it.
+// held reports whether the lock's owner key is still bound to this
+// session's lease: it is gone if the lease expired, or somebody deleted it.
 func (h *etcdHolder) held(ctx context.Context) (bool, error) {
 	select {
 	case <-h.s.Done():
 		return false, nil // the lease is no longer kept alive
 	default:
 	}
-	resp, err := h.s.Client().Get(ctx, h.m.Key())
+	resp, err := h.s.Client().Get(ctx, h.owner)
 	if err != nil {
 		return false, err
 	}

@@ -26,7 +26,7 @@ func TestEtcd(t *testing.T) {
 		newKey:   func(t *testing.T) string { return testKey(t) },
 		steal: func(t *testing.T, key string) {
 			// As an operator would: delete the holder's key.
-			resp, err := admin.Delete(context.Background(), e.prefix+key+"/", clientv3.WithPrefix())
+			resp, err := admin.Delete(context.Background(), e.base(key)+"/", clientv3.WithPrefix())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +157,7 @@ func TestEtcdWaiterTrustsNoLongerThanItsLease(t *testing.T) {
 	// its lease's keepalives shares the waiter's stream: it sends nothing.
 	var lease clientv3.LeaseID
 	for lease == 0 {
-		resp, err := direct.Get(ctx, e.prefix+key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err := direct.Get(ctx, e.base(key)+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		if err != nil {
 			t.Fatal(err)
 		}
