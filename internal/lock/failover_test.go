@@ -245,6 +245,7 @@ func TestLinearizableThroughFailover(t *testing.T) {
 				}
 				h.Record([]string{key}, opFailover, call, h.now())
 				killed++
+				t.Logf("killed the session of %s's holder at %v", key, time.Duration(call).Round(time.Millisecond))
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
@@ -290,7 +291,9 @@ func TestLinearizableThroughFailover(t *testing.T) {
 	t.Run("redlock", func(t *testing.T) {
 		// Two of the five servers are killed, and restarted empty once
 		// every lock they held has run out: a majority never forgets.
-		const ttl = 2 * time.Second
+		// The clients pace their calls, so that the history goes on
+		// after the restart.
+		const ttl = time.Second
 		servers := make([]*testenv.RedisServer, 5)
 		for i := range servers {
 			servers[i] = testenv.StartRedis(t)
@@ -310,14 +313,16 @@ func TestLinearizableThroughFailover(t *testing.T) {
 		}
 		checkLinearizable(t, historyRun{
 			lockers: lockers, keys: []string{testKey(t), testKey(t)},
-			ops: ops, ttl: ttl, ghost: ttl + time.Second, splitVotes: true,
+			ops: ops, ttl: ttl, ghost: ttl + time.Second, splitVotes: true, pace: 100 * time.Millisecond,
 			fault: func(h *history) {
 				third(h)
+				t.Logf("killing two of the five servers at %v", time.Duration(h.now()).Round(time.Millisecond))
 				servers[0].Kill()
 				servers[1].Kill()
 				time.Sleep(ttl + ttl/2)
 				servers[0].Restart(t)
 				servers[1].Restart(t)
+				t.Logf("restarted them, empty, at %v", time.Duration(h.now()).Round(time.Millisecond))
 			},
 		})
 	})

@@ -194,6 +194,9 @@ type historyRun struct {
 	// healthy says no call may fail: nothing is done to the servers.
 	healthy    bool
 	splitVotes bool
+	// pace, if set, is a pause between a client's calls, so that the
+	// history lasts long enough to run before, during and after a fault.
+	pace time.Duration
 	// tryOnly makes every call try once: the crowd of try-once callers
 	// in which each one's attempt is about to fail.
 	tryOnly bool
@@ -227,6 +230,7 @@ func checkLinearizable(t *testing.T, r historyRun) {
 	for c, l := range r.lockers {
 		wg.Go(func() {
 			for range r.ops {
+				time.Sleep(r.pace)
 				key := r.keys[rand.N(len(r.keys))]
 				wait := !r.tryOnly && rand.N(2) == 0
 				id := int(h.ids.Add(1))
