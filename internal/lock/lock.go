@@ -14,7 +14,16 @@ import (
 // lock" is never confused with "we could not ask".
 var (
 	// ErrNotAcquired means another holder has the lock: a try-once Obtain
-	// found it taken, or Once found the key present.
+	// found it taken, or Once found the key present. On Redis, MySQL,
+	// etcd, ZooKeeper and Local a try-once Obtain is refused only while
+	// some holder has the lock, and on Fair also while waiters are in
+	// line (the first of them is taking it). On RedLock it may be refused
+	// while nobody holds the lock: the votes split between contenders,
+	// none of which won a majority (see RedLock).
+	//
+	// Obtain also wraps it, with the reason, when it took the lock too
+	// late to use it, or lost it while waiting (etcd's lease ran out,
+	// ZooKeeper's session ended); then it has given back whatever it took.
 	ErrNotAcquired = errors.New("lock: not acquired")
 
 	// ErrNotHeld means the caller no longer owns the lock it tries to
@@ -27,9 +36,9 @@ var (
 	ErrUnsupported = errors.New("lock: not supported by this backend")
 )
 
-// Locker obtains locks. Redis, Fair, RedLock, MySQL and Local implement
-// it, so the service depends on this interface and cmd/server picks the
-// backend.
+// Locker obtains locks. Redis, Fair, RedLock, MySQL, Etcd, ZooKeeper and
+// Local implement it, so the service depends on this interface and
+// cmd/server picks the backend.
 type Locker interface {
 	// Obtain acquires the lock named key for ttl. By default it tries once
 	// and returns ErrNotAcquired if the lock is taken; with Wait it waits
@@ -74,7 +83,14 @@ type Lock interface {
 	// already been released or lost. It runs even when ctx is cancelled,
 	// because it is usually deferred past the end of the work's context;
 	// it gives up after 5s. After Release the handle is finished whatever
-	// Redis answered: if the request failed, the lock expires by its ttl.
+	// the server answered. If the request failed, or its answer was lost,
+	// the lock goes as its backend lets a lost holder's lock go: on Redis,
+	// Fair and RedLock it expires by its ttl; MySQL closes the lock's
+	// connection, and the server frees the lock when the session ends;
+	// etcd's lease, no longer kept alive, runs out (it was revoked, if the
+	// revoke got through); ZooKeeper, whose nodes have no ttl, looks for
+	// them by their token until it has removed them or their session has
+	// ended.
 	Release(ctx context.Context) error
 }
 
@@ -145,9 +161,9 @@ func WithFencing() Option {
 //
 // fn gets the lock's Context. If the lock is lost while fn runs, that
 // context is cancelled; if fn still returns nil, Do returns an error
-// wrapping ErrNotHeld, because the work was not protected to its end. A
-// Redis error while releasing is not reported: the work is done and was
-// protected, and the lock expires by its ttl.
+// wrapping ErrNotHeld, because the work was not protected to its end. An
+// error of the lock service while releasing is not reported: the work is
+// done and was protected, and the lock goes as Lock.Release says.
 func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
 	opts = append([]Option{WithWatchdog(0)}, opts...)
 	lk, err := l.Obtain(ctx, key, ttl, opts...)

@@ -19,6 +19,12 @@ import (
 // survives the loss of a minority of servers, which a single Redis and its
 // failover cannot promise; see the package documentation for its limits.
 //
+// A try-once Obtain may be refused while nobody holds the lock: when
+// contenders ask at once, the votes split between contenders, none wins a
+// majority, and each gives back what it won and reports ErrNotAcquired.
+// The servers have no single place where "free" could be decided, so this
+// cannot be helped; a waiter simply tries again.
+//
 // It does not support WithOwner (a reentrant count cannot be kept
 // consistently on independent servers) nor WithFencing (neither can a
 // counter). Waiting polls, since a release is not announced, and rides out
