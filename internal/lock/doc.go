@@ -134,6 +134,22 @@
 // lock (SELECT ... FOR UPDATE), a unique constraint, or an update
 // conditioned on a version column.
 //
+// Checking the promise. The tests treat a lock as Jepsen treats a
+// database: many clients call Obtain and Release at once, every call's
+// start, return and answer are recorded, and a checker (porcupine) looks
+// for one order of the calls, each taking effect inside its own interval,
+// that a plain mutex would answer the same way; then every key must be
+// taken once more, so that nothing a failed call took was left behind.
+// They do it on every backend, healthy and through its own failure (a
+// leader killed, a master failed over, a holder's session killed). It is
+// what showed that a try-once Obtain on the etcd and ZooKeeper queue
+// recipes could be refused while nobody held the lock (a try queued
+// behind other tries about to give up), so a try there is now the create
+// of one fixed key or node, which succeeds exactly when the lock is free;
+// and that a ZooKeeper node whose create's answer was lost stayed for as
+// long as the session, so the client now searches for it by the token in
+// its name until it has removed it.
+//
 // # Keys
 //
 // A lock named key is stored at "{lock:key}", and its fence counter at
