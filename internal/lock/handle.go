@@ -115,9 +115,11 @@ func (lk *handle) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 }
 
-// Release frees the lock. The handle is finished afterwards whatever Redis
-// answered: if the request failed, the key expires by its TTL, which is
-// safer than leaving a watchdog renewing a lock nobody will release.
+// Release frees the lock. The handle is finished afterwards whatever the
+// server answered: if the request failed, the lock goes as its backend
+// lets a lost holder's lock go (see Lock.Release: a Redis key expires by
+// its ttl), which is safer than leaving a watchdog renewing a lock nobody
+// will release.
 func (lk *handle) Release(ctx context.Context) error {
 	lk.mu.Lock()
 	if lk.released {

@@ -502,7 +502,7 @@ func (h *zkHolder) release(ctx context.Context) error {
 		return ErrNotHeld
 	case err != nil:
 		h.z.giveUp(ctx, h.dir, h.token, h.session, true)
-		return fmt.Errorf("lock: release: %w", err)
+		return err
 	}
 	return nil
 }
