@@ -35,10 +35,11 @@ func overrun(ctx context.Context, newMutex func(*redis.Client) redisMutex) (outc
 		return outcome{}, err
 	}
 	defer closeRedis()
+	clk := newHandClock(srv)
 	m := newMutex(rdb)
 
 	const key = "order:voucher:1:user:42"
-	tl := newTimeline()
+	tl := newTimeline(handClockName, clk.now)
 	unlockA, err := m.lock(ctx, key, lockTTL, never)
 	if err != nil {
 		return outcome{}, err
@@ -46,9 +47,8 @@ func overrun(ctx context.Context, newMutex func(*redis.Client) redisMutex) (outc
 	tl.take("A")
 	var errB error
 	err = unlockA(ctx, func() { // the lab: A is held up, just before its delete
-		srv.FastForward(lockTTL) // ... past its ttl: the key expires
-		tl.drop("A")
-		tl.mark("A's key expires (A paused)")
+		clk.forward(lockTTL) // ... past its ttl: the key expires
+		tl.expire("A", "A's key expires (A paused)")
 		if _, errB = m.lock(ctx, key, lockTTL, never); errB == nil {
 			tl.take("B")
 		}
@@ -67,7 +67,7 @@ func overrun(ctx context.Context, newMutex func(*redis.Client) redisMutex) (outc
 	case !errors.Is(err, errBusy):
 		return outcome{}, err
 	default:
-		tl.mark("C asks: refused")
+		tl.refuse("C", "refused")
 	}
 	summary := "A's release left B's lock alone; C refused"
 	if overlaps > 0 {

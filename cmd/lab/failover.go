@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,16 +34,19 @@ var failover = experiment{
 
 const failoverKey = "lock:order:voucher:1:user:42"
 
-// overlapOutcome reports whether B got a lock that A still held, with the
-// timeline of the story: A takes the lock, then what (crash), then B tries.
-func overlapOutcome(bGot bool, what, yes, no string) outcome {
-	tl := newTimeline()
-	tl.take("A")
-	tl.mark(what)
+// storyClock is the time axis of experiments 12 and 12b: real time, in
+// which the whole story is over long before A's lock would expire.
+var storyClock = fmt.Sprintf("%s; A's lock lives %v, far past this picture", realClockName, lockTTL)
+
+// overlapOutcome reports whether B got a lock that A still held, and ends
+// the story's timeline (A took the lock, a server crashed) with B's ask.
+// Its clock is real time: the whole story runs in milliseconds, far
+// inside A's ttl of 10 s.
+func overlapOutcome(tl *timeline, bGot bool, yes, no string) outcome {
 	if bGot {
 		tl.take("B")
 	} else {
-		tl.mark("B asks: refused")
+		tl.refuse("B", "refused")
 	}
 	tl.end()
 	n := 0
@@ -67,19 +71,22 @@ func redlockAcrossCrash(ctx context.Context) (outcome, error) {
 	}
 	defer closeAll()
 	rl := newRedLock(nodes)
+	tl := newTimeline(storyClock, since(time.Now()))
 	a, err := rl.Obtain(ctx, failoverKey, lockTTL)
 	if err != nil {
 		return outcome{}, fmt.Errorf("client A: %w", err)
 	}
 	defer a.Release(context.WithoutCancel(ctx))
+	tl.take("A")
 	if err := nodes[0].restart(ctx); err != nil { // the crash: node 1 loses A's lock
 		return outcome{}, err
 	}
+	tl.mark("node 1 crashes, back empty")
 	bGot, err := tryB(ctx, rl)
 	if err != nil {
 		return outcome{}, err
 	}
-	return overlapOutcome(bGot, "node 1 crashes, back empty",
+	return overlapOutcome(tl, bGot,
 		"B got a majority while A held the lock",
 		"node 1 came back without A's lock; the other four refused B"), nil
 }

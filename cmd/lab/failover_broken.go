@@ -31,22 +31,26 @@ func lockAcrossFailover(ctx context.Context) (outcome, error) {
 
 	// The lab: the replication link goes quiet just before A's write (the
 	// replica now follows a port where nobody listens).
+	tl := newTimeline(storyClock, since(time.Now()))
 	if err := replica.rdb.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err(); err != nil {
 		return outcome{}, err
 	}
+	tl.mark("replication link goes quiet")
 	aGot, err := master.rdb.SetNX(ctx, failoverKey, "A", lockTTL).Result() // SET key A NX PX ttl
 	if err != nil || !aGot {
 		return outcome{}, fmt.Errorf("client A: %v, %v", aGot, err)
 	}
+	tl.take("A")
 	master.kill()                                                               // dies before the write reached the replica
 	if err := replica.rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil { // promoted
 		return outcome{}, err
 	}
+	tl.mark("master killed, replica promoted")
 	bGot, err := replica.rdb.SetNX(ctx, failoverKey, "B", lockTTL).Result()
 	if err != nil {
 		return outcome{}, fmt.Errorf("client B: %w", err)
 	}
-	return overlapOutcome(bGot, "master killed, replica promoted",
+	return overlapOutcome(tl, bGot,
 		"the promoted replica never had A's lock; B got it while A held it",
 		"B refused"), nil
 }

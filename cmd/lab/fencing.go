@@ -85,26 +85,34 @@ func frozenHolder(ctx context.Context, store storeFunc) (outcome, error) {
 		return outcome{}, err
 	}
 	defer closeDB()
+	clk := newHandClock(srv)
 	locks := lock.NewRedis(rdb)
 
 	// A's lane runs until its write: frozen, it still believes it holds
-	// the lock, in both variants. Only the storage can tell.
-	tl := newTimeline()
-	tl.take("A (token 1)")
+	// the lock, in both variants. Only the storage can tell, and the
+	// picture shows what it told: A's write taken (red) or refused.
+	const a, b = "A (token 1)", "B (token 2)"
+	tl := newTimeline(handClockName, clk.now)
+	tl.take(a)
 	var errB error
 	errA := sellLocked(ctx, locks, db, 1, store, func() {
-		srv.FastForward(2 * lockTTL) // A is frozen; its lock expires
+		clk.forward(2 * lockTTL) // A is frozen; its lock expires
 		tl.mark("A frozen; its lock expires")
-		tl.take("B (token 2)")
+		tl.lapsed(a)
+		tl.take(b)
 		errB = sellLocked(ctx, locks, db, 2, store, nothing)
-		tl.drop("B (token 2)")
+		if errB == nil {
+			tl.write(b, wrote, "stock 9")
+		}
+		tl.drop(b)
 	})
-	tl.drop("A (token 1)")
-	if errors.Is(errA, errStaleFence) {
-		tl.mark("A's write refused: token 1 < 2")
-	} else {
-		tl.mark("A's write accepted")
+	switch {
+	case errors.Is(errA, errStaleFence):
+		tl.write(a, fencedOff, "refused: token 1 < 2")
+	case errA == nil:
+		tl.write(a, staleWrite, "stock 9 again: B's sale lost")
 	}
+	tl.drop(a)
 	tl.end()
 	refused := 0
 	if errors.Is(errA, errStaleFence) {

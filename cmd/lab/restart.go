@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Experiment 12b: RedLock with a node that restarts without persistence,
@@ -38,36 +39,43 @@ func bareMajority(ctx context.Context, restartNow bool) (outcome, error) {
 	}
 	defer closeAll()
 	rl := newRedLock(nodes)
+	tl := newTimeline(storyClock, since(time.Now()))
 	nodes[3].kill()
 	nodes[4].kill()
+	tl.mark("servers 4 and 5 down")
 	a, err := rl.Obtain(ctx, failoverKey, lockTTL)
 	if err != nil {
 		return outcome{}, fmt.Errorf("client A, with 3 of 5 servers up: %w", err)
 	}
 	defer a.Release(context.WithoutCancel(ctx))
+	tl.take("A")
 	for _, n := range nodes[3:] {
 		if err := n.start(ctx); err != nil {
 			return outcome{}, err
 		}
 	}
+	tl.mark("4 and 5 back, without A's lock")
 
 	nodes[2].kill() // the crash: one of A's three
 	if restartNow {
 		if err := nodes[2].start(ctx); err != nil { // back at once, empty
 			return outcome{}, err
 		}
-	} // else: it stays out for lockTTL; B asks before that
+		tl.mark("server 3 crashes, back at once, empty")
+	} else {
+		tl.mark("server 3 crashes, stays out a ttl") // B asks before it is back
+	}
 
 	bGot, err := tryB(ctx, rl)
 	if err != nil {
 		return outcome{}, err
 	}
 	if restartNow {
-		return overlapOutcome(bGot, "server 3 crashes, back at once",
+		return overlapOutcome(tl, bGot,
 			"server 3 came back empty; B got 3 of 5 while A held the lock",
 			"B refused"), nil
 	}
-	return overlapOutcome(bGot, "server 3 crashes, stays out",
+	return overlapOutcome(tl, bGot,
 		"B got a majority while A held the lock",
 		"server 3 sat out its ttl; servers 1 and 2 refused B, no majority"), nil
 }

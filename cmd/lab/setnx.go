@@ -38,6 +38,7 @@ func deadHolder(ctx context.Context, newMutex func(*redis.Client) redisMutex) (o
 		return outcome{}, err
 	}
 	defer closeRedis()
+	clk := newHandClock(srv)
 	m := newMutex(rdb)
 
 	const key = "order:voucher:1:user:42"
@@ -46,18 +47,23 @@ func deadHolder(ctx context.Context, newMutex func(*redis.Client) redisMutex) (o
 	if _, err := m.lock(ctx, key, lockTTL, func() bool { return true }); !errors.Is(err, errCrashed) {
 		return outcome{}, fmt.Errorf("the holder should have been killed, got %v", err)
 	}
-	tl := newTimeline()
+	tl := newTimeline(handClockName, clk.now)
 	tl.take("dead holder's key")
 	tl.mark("its holder dies")
 	keyGone := false
 
 	refused := 0
 	for range newcomers {
-		srv.FastForward(lockTTL)
+		clk.forward(lockTTL)
 		unlock, err := m.lock(ctx, key, lockTTL, never)
 		switch {
 		case errors.Is(err, errBusy):
 			refused++
+			label := ""
+			if refused == 1 {
+				label = "refused, and each ttl after"
+			}
+			tl.refuse("newcomers", label)
 			continue
 		case err != nil:
 			return outcome{}, err
@@ -71,9 +77,6 @@ func deadHolder(ctx context.Context, newMutex func(*redis.Client) redisMutex) (o
 			return outcome{}, err
 		}
 		tl.drop("newcomers")
-	}
-	if refused > 0 {
-		tl.mark(fmt.Sprintf("%s refused, one ttl apart", plural(refused, "newcomer")))
 	}
 	tl.end()
 	summary := "the dead holder's lock expired"

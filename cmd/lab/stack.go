@@ -101,6 +101,23 @@ func openRedis() (*miniredis.Miniredis, *redis.Client, func(), error) {
 	return srv, rdb, func() { _ = rdb.Close(); srv.Close() }, nil
 }
 
+// A handClock is the in-process Redis' clock as the lab moves it. forward
+// moves every ttl on by d (miniredis' FastForward), and now says how far
+// it has moved in all, for the timelines' time axis.
+type handClock struct {
+	srv   *miniredis.Miniredis
+	moved time.Duration
+}
+
+func newHandClock(srv *miniredis.Miniredis) *handClock { return &handClock{srv: srv} }
+
+func (c *handClock) forward(d time.Duration) {
+	c.srv.FastForward(d)
+	c.moved += d
+}
+
+func (c *handClock) now() time.Duration { return c.moved }
+
 // race runs fn on n goroutines at once and returns when all have returned.
 //
 // Each call gets pause, the lab's hook. A goroutine that calls it waits
@@ -189,6 +206,9 @@ func (c *clock) sleep(ctx context.Context, d time.Duration) error {
 	}
 	return nil
 }
+
+// now says how far Redis' time has moved since the clock started.
+func (c *clock) now() time.Duration { return time.Duration(c.advanced.Load()) }
 
 func (c *clock) close() {
 	close(c.stop)

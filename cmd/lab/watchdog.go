@@ -52,25 +52,33 @@ func slowJob(ctx context.Context, job jobFunc) (outcome, error) {
 	locks := lock.NewRedis(rdb)
 
 	overlaps := 0
-	tl := newTimeline()
+	tl := newTimeline("Redis' clock, following the real one", clk.now)
 	var errB error
 	errA := job(ctx, locks, func(workCtx context.Context) error {
 		tl.take("A")
 		defer tl.drop("A")
-		// The lab: A's work runs past its ttl.
-		if err := clk.sleep(workCtx, jobTTL*3/2); err != nil {
+		// The lab: A's work runs past its ttl, by half of it.
+		if err := clk.sleep(workCtx, jobTTL); err != nil {
 			return err
 		}
-		tl.mark("A's ttl has passed; A still works")
+		tl.mark(fmt.Sprintf("A's first %v are up", jobTTL))
+		ttlUp := tl.step()
+		if err := clk.sleep(workCtx, jobTTL/2); err != nil {
+			return err
+		}
+		tl.mark("A still works; B's timer fires")
 		// B's timer fires on the other instance while A is still at work.
 		errB = job(ctx, locks, func(context.Context) error {
 			tl.take("B")
+			// B has the lock, so A's key expired; nothing renewed it
+			// after its first ttl, and A works on without it.
+			tl.lapsedSince("A", ttlUp)
 			tl.drop("B")
 			overlaps++
 			return nil
 		})
 		if errB != nil {
-			tl.mark("B refused")
+			tl.refuse("B", "refused")
 		}
 		return nil
 	})
