@@ -243,14 +243,17 @@ func TestRunJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []struct {
-		Name, Lesson  string
-		Broken, Fixed map[string]any
+		Number, Name, Lesson string
+		Broken, Fixed        map[string]any
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 		t.Fatalf("%v in:\n%s", err, stdout.String())
 	}
 	if len(got) != 2 || got[0].Name != "oversell" || got[1].Name != "del-after-expiry" {
 		t.Fatalf("got %+v, want oversell then del-after-expiry, in the lab's order", got)
+	}
+	if got[0].Number != "1" || got[1].Number != "7" {
+		t.Errorf("numbers %q and %q, want the lab's: 1 and 7", got[0].Number, got[1].Number)
 	}
 	for _, r := range got {
 		if r.Lesson == "" {
