@@ -13,6 +13,11 @@ import (
 // primary with replicas) holds each lock. An uncontended Obtain is one
 // round trip (SET NX PX, or one script for fencing and reentrancy) and a
 // Release is one more.
+//
+// A request whose answer is lost (the connection dropped, the server
+// failed over) may have set the key, or left it in place: either way the
+// key expires by its ttl, which every lock here has, so nothing outlives
+// it.
 type Redis struct {
 	rdb     redis.UniversalClient
 	waiters *waiters
