@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"seckill/internal/admission"
 	"seckill/internal/auth"
 	"seckill/internal/idworker"
 	"seckill/internal/live"
@@ -35,7 +37,9 @@ type app struct {
 	crowd     *live.Crowd    // nil unless LIVE_CROWD
 	payments  *payment.Fake  // nil unless PAYMENT_FAKE: the demo's payment provider
 	liveDone  context.Context
-	stopLive  func() // ends the /live event streams, at shutdown
+	stopLive  func()           // ends the /live event streams, at shutdown
+	slots     *admission.Cap   // MAX_IN_FLIGHT, shared among client addresses
+	conns     *admission.Conns // MAX_CONNS_PER_ADDR, on the listener
 }
 
 // newApp builds the features on the stores, then the router.
@@ -50,7 +54,12 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		log.Warn("LOCK_BACKEND=local: the per-user lock only excludes requests within this process; it does NOT protect several instances")
 		locks = lock.NewLocal()
 	}
-	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now), queue: queue.New(st.rdb)}
+	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now), queue: queue.New(st.rdb), slots: admission.NewCap(cfg.MaxInFlight)}
+	trusted, err := admission.ParsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	a.conns = admission.NewConns(cfg.MaxConnsPerAddr, trusted)
 	stocks := stock.NewStore(st.rdb, cfg.StockHold)
 	ids := idworker.New(st.rdb, now, order.IDFloor(st.db, a.queue))
 

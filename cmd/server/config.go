@@ -20,6 +20,7 @@ import (
 	"seckill/internal/order"
 	"seckill/internal/payment"
 	"seckill/internal/tracing"
+	"seckill/internal/web"
 )
 
 // config is everything run reads from the environment. Only cmd/server
@@ -70,6 +71,20 @@ type config struct {
 	SeckillRate  float64
 	SeckillBurst int
 	MaxInFlight  int
+	// BodyTimeout is how long a request's body may take to arrive
+	// (HTTP_BODY_TIMEOUT; web.ReadBody), before it may take a slot.
+	BodyTimeout time.Duration
+	// MaxConnsPerAddr caps the connections one client address holds
+	// open (0: no cap); the trusted proxies are not capped.
+	MaxConnsPerAddr int
+	// DevSettings names the development settings that are on
+	// (AUTH_DEV_CODES, LIVE_CROWD, PAYMENT_FAKE), for the warning logged
+	// at start; DevOnNetwork (ALLOW_DEV_SETTINGS_ON_NETWORK) lets them
+	// listen beyond loopback. LoopbackFrom is HTTP_ADDR as given when
+	// devVars moved it onto loopback ("" if it did not).
+	DevSettings  []string
+	DevOnNetwork bool
+	LoopbackFrom string
 }
 
 // embedded reports whether to run the single-instance demo: no MySQL and
@@ -114,6 +129,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// The demo or the real stack: MYSQL_DSN and Redis decide the login
 	// settings' defaults, and whether JWT_SECRET must be set.
 	stackVars(&c, v)
+	devVars(&c, v) // after stackVars (the defaults) and httpVars (the address)
 	// The DSN last: its timeouts are derived from STOCK_HOLD, and checked
 	// against it only when STOCK_HOLD itself is valid.
 	if c.MySQLDSN != "" {
@@ -142,6 +158,10 @@ const (
 // doing: metrics, Go's profiles and traces.
 func httpVars(c *config, v *vars) {
 	c.HTTPAddr = v.str("HTTP_ADDR", ":8080")
+	c.BodyTimeout = v.dur("HTTP_BODY_TIMEOUT", web.BodyTimeout)
+	if b := c.BodyTimeout; b > 0 && (b < 100*time.Millisecond || b > time.Minute) {
+		v.errorf("HTTP_BODY_TIMEOUT must be from 100ms to 1m (it is %s): a body that has not arrived by then is refused", b)
+	}
 	c.Tracing = tracing.Config{Endpoint: v.str("OTEL_EXPORTER_OTLP_ENDPOINT", ""), Service: v.str("OTEL_SERVICE_NAME", "seckill")}
 	if c.Tracing.Endpoint != "" {
 		v.add(tracing.CheckEndpoint(c.Tracing.Endpoint))
@@ -320,12 +340,36 @@ func loginVars(c *config, v *vars) {
 		CodeInterval:       v.offOrSeconds("AUTH_CODE_INTERVAL", lim.CodeInterval),
 		CodesPerDay:        v.limit("AUTH_CODES_PER_DAY", lim.CodesPerDay),
 		CodesPerAddrPerMin: v.limit("AUTH_CODES_PER_ADDR_PER_MIN", lim.CodesPerAddrPerMin),
-		GuessesPerCode:     v.int("AUTH_GUESSES_PER_CODE", lim.GuessesPerCode, 1, 1000),
-		GuessesPerDay:      v.int("AUTH_GUESSES_PER_DAY", lim.GuessesPerDay, 1, 1000),
-		LockFor:            v.dur("AUTH_LOCK_FOR", lim.LockFor),
+		FreeGuesses:        v.int("AUTH_FREE_GUESSES", lim.FreeGuesses, 0, 1000),
+		MaxGuessDelay:      v.dur("AUTH_MAX_GUESS_DELAY", lim.MaxGuessDelay),
+		FreeGuessesPerAddr: v.int("AUTH_FREE_GUESSES_PER_ADDR", lim.FreeGuessesPerAddr, 0, 100_000),
+		MaxAddrDelay:       v.dur("AUTH_MAX_ADDR_DELAY", lim.MaxAddrDelay),
+		// OWASP ASVS 2.2.1: no more than 100 failed attempts an hour on
+		// one account.
+		PhoneGuessesPerHour: v.int("AUTH_PHONE_GUESSES_PER_HOUR", lim.PhoneGuessesPerHour, 1, 100),
+		AttackGuessesPerMin: v.int("AUTH_ATTACK_GUESSES_PER_MIN", lim.AttackGuessesPerMin, 1, maxLimit),
+		TrustFor:            v.dur("AUTH_TRUST_FOR", lim.TrustFor),
 	}
-	if l := c.AuthLimits.LockFor; l > 0 && l < time.Second {
-		v.errorf("AUTH_LOCK_FOR must be at least 1s (it is %s)", l)
+	// The waits start at a second and double: a longest wait under a
+	// second could not be told in Retry-After's whole seconds, and one
+	// over a day would be the lock these waits replace.
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"AUTH_MAX_GUESS_DELAY", c.AuthLimits.MaxGuessDelay}, {"AUTH_MAX_ADDR_DELAY", c.AuthLimits.MaxAddrDelay}} {
+		if d.d > 0 && (d.d < time.Second || d.d > 24*time.Hour) {
+			v.errorf("%s must be from 1s to 24h (it is %s)", d.name, d.d)
+		}
+	}
+	if t := c.AuthLimits.TrustFor; t > 0 && t < time.Minute {
+		v.errorf("AUTH_TRUST_FOR must be at least 1m (it is %s): a login from an address trusts it for that long", t)
+	}
+	// The phone's lock is gone (a stranger could lock the owner out):
+	// a server still given its settings says so rather than ignore them.
+	for _, old := range []string{"AUTH_GUESSES_PER_CODE", "AUTH_GUESSES_PER_DAY", "AUTH_LOCK_FOR"} {
+		if v.getenv(old) != "" {
+			v.errorf("%s is no longer read: a phone is not locked after wrong codes any more; the client address that guesses waits instead (AUTH_FREE_GUESSES, AUTH_MAX_GUESS_DELAY, AUTH_FREE_GUESSES_PER_ADDR, AUTH_MAX_ADDR_DELAY, AUTH_PHONE_GUESSES_PER_HOUR; see the README)", old)
+		}
 	}
 }
 
@@ -343,6 +387,58 @@ func admissionVars(c *config, v *vars) {
 	for _, p := range c.TrustedProxies {
 		v.add(checkProxy(p))
 	}
+	// Far more than a browser opens (six) or a load test needs from one
+	// machine, far less than the process' open files.
+	c.MaxConnsPerAddr = v.int("MAX_CONNS_PER_ADDR", 1024, 0, 1_000_000)
+}
+
+// devVars keeps the development settings off the network. Each hands a
+// client what it should have earned: AUTH_DEV_CODES any phone's login
+// code (the admin's too, so admin), LIVE_CROWD tokens of made-up users
+// and a crowd that buys, PAYMENT_FAKE a paid order without payment. On
+// loopback only the machine's own users reach them; on a network
+// address, everyone who reaches the port does. So with any of them on:
+//
+//   - HTTP_ADDR without a host (":8080", the default) listens on
+//     127.0.0.1 only, and run says so;
+//   - HTTP_ADDR with a host that is not loopback is refused at start;
+//
+// unless ALLOW_DEV_SETTINGS_ON_NETWORK=true says that every client that
+// can reach the address is trusted (the compose file's private network,
+// behind its proxy published on 127.0.0.1).
+func devVars(c *config, v *vars) {
+	for _, s := range []struct {
+		name string
+		on   bool
+	}{{"AUTH_DEV_CODES", c.DevCodes}, {"LIVE_CROWD", c.LiveCrowd}, {"PAYMENT_FAKE", c.PaymentFake}} {
+		if s.on {
+			c.DevSettings = append(c.DevSettings, s.name)
+		}
+	}
+	c.DevOnNetwork = v.bool("ALLOW_DEV_SETTINGS_ON_NETWORK", false)
+	if len(c.DevSettings) == 0 || c.DevOnNetwork {
+		return
+	}
+	host, port, err := net.SplitHostPort(c.HTTPAddr)
+	switch {
+	case err != nil:
+		v.errorf("HTTP_ADDR %q is not host:port (or :port)", c.HTTPAddr)
+	case host == "":
+		c.LoopbackFrom = c.HTTPAddr
+		c.HTTPAddr = net.JoinHostPort("127.0.0.1", port)
+	case !loopback(host):
+		v.errorf("%s on HTTP_ADDR %q, which is not loopback: anyone who reaches it could use them (AUTH_DEV_CODES answers the admin's login code). Turn them off, listen on 127.0.0.1, or set ALLOW_DEV_SETTINGS_ON_NETWORK=true if every client that reaches %s is yours",
+			strings.Join(c.DevSettings, ", "), c.HTTPAddr, c.HTTPAddr)
+	}
+}
+
+// loopback reports whether host names this machine's loopback only.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // stackVars reads what differs between the embedded demo (neither

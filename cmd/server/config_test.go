@@ -83,10 +83,19 @@ func TestLoadConfig(t *testing.T) {
 		{"negative codes per day", with(real, "AUTH_CODES_PER_DAY", "-1"), "AUTH_CODES_PER_DAY must be an integer from 0 (no limit) to 1000000000"},
 		{"codes per address not a number", with(real, "AUTH_CODES_PER_ADDR_PER_MIN", "many"), "AUTH_CODES_PER_ADDR_PER_MIN must be an integer from 0 (no limit)"},
 		{"codes per address too many", with(real, "AUTH_CODES_PER_ADDR_PER_MIN", "1000000001"), "AUTH_CODES_PER_ADDR_PER_MIN must be an integer from 0 (no limit)"},
-		{"no guesses per code", with(real, "AUTH_GUESSES_PER_CODE", "0"), "AUTH_GUESSES_PER_CODE must be an integer from 1 to 1000"},
-		{"no guesses per day", with(real, "AUTH_GUESSES_PER_DAY", "0"), "AUTH_GUESSES_PER_DAY must be an integer from 1 to 1000"},
-		{"no lock", with(real, "AUTH_LOCK_FOR", "0"), "AUTH_LOCK_FOR must be a positive duration"},
-		{"lock under a second", with(real, "AUTH_LOCK_FOR", "500ms"), "AUTH_LOCK_FOR must be at least 1s (it is 500ms)"},
+		{"no free guesses", with(real, "AUTH_FREE_GUESSES", "0", "AUTH_FREE_GUESSES_PER_ADDR", "0"), ""},
+		{"negative free guesses", with(real, "AUTH_FREE_GUESSES", "-1"), "AUTH_FREE_GUESSES must be an integer from 0 to 1000"},
+		{"free guesses per address not a number", with(real, "AUTH_FREE_GUESSES_PER_ADDR", "ten"), "AUTH_FREE_GUESSES_PER_ADDR must be an integer from 0 to 100000"},
+		{"no longest guess delay", with(real, "AUTH_MAX_GUESS_DELAY", "0"), "AUTH_MAX_GUESS_DELAY must be a positive duration"},
+		{"longest guess delay under a second", with(real, "AUTH_MAX_GUESS_DELAY", "500ms"), "AUTH_MAX_GUESS_DELAY must be from 1s to 24h (it is 500ms)"},
+		{"longest address delay over a day", with(real, "AUTH_MAX_ADDR_DELAY", "25h"), "AUTH_MAX_ADDR_DELAY must be from 1s to 24h (it is 25h0m0s)"},
+		{"phone guesses past ASVS' 100 an hour", with(real, "AUTH_PHONE_GUESSES_PER_HOUR", "101"), "AUTH_PHONE_GUESSES_PER_HOUR must be an integer from 1 to 100"},
+		{"no phone guesses", with(real, "AUTH_PHONE_GUESSES_PER_HOUR", "0"), "AUTH_PHONE_GUESSES_PER_HOUR must be an integer from 1 to 100"},
+		{"no attack threshold", with(real, "AUTH_ATTACK_GUESSES_PER_MIN", "0"), "AUTH_ATTACK_GUESSES_PER_MIN must be an integer from 1 to 1000000000"},
+		{"trust under a minute", with(real, "AUTH_TRUST_FOR", "30s"), "AUTH_TRUST_FOR must be at least 1m (it is 30s)"},
+		{"the old lock's settings", with(real, "AUTH_LOCK_FOR", "15m"), "AUTH_LOCK_FOR is no longer read: a phone is not locked after wrong codes any more"},
+		{"the old guesses per day", with(real, "AUTH_GUESSES_PER_DAY", "10"), "AUTH_GUESSES_PER_DAY is no longer read"},
+		{"the old guesses per code", with(real, "AUTH_GUESSES_PER_CODE", "5"), "AUTH_GUESSES_PER_CODE is no longer read"},
 
 		// METRICS_ADDR: a listen address of its own, or unset.
 		{"metrics on a port of their own", with(real, "METRICS_ADDR", ":9090"), ""},
@@ -177,7 +186,9 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("%s: trusted proxies %q, want none", name, cfg.TrustedProxies)
 			}
 		}
-		want := auth.Limits{CodeInterval: time.Minute, CodesPerDay: 10, CodesPerAddrPerMin: 20, GuessesPerCode: 5, GuessesPerDay: 10, LockFor: 15 * time.Minute}
+		want := auth.Limits{CodeInterval: time.Minute, CodesPerDay: 10, CodesPerAddrPerMin: 20,
+			FreeGuesses: 3, MaxGuessDelay: 15 * time.Minute, FreeGuessesPerAddr: 10, MaxAddrDelay: time.Hour,
+			PhoneGuessesPerHour: 20, AttackGuessesPerMin: 1000, TrustFor: 30 * 24 * time.Hour}
 		if auth.DefaultLimits != want {
 			t.Errorf("auth.DefaultLimits = %+v, want the documented %+v", auth.DefaultLimits, want)
 		}
@@ -203,13 +214,17 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("login code limits are read", func(t *testing.T) {
 		c, err := loadConfig(func(k string) string {
 			return with(real, "AUTH_CODE_INTERVAL", "90s", "AUTH_CODES_PER_DAY", "3", "AUTH_CODES_PER_ADDR_PER_MIN", "0",
-				"AUTH_GUESSES_PER_CODE", "4", "AUTH_GUESSES_PER_DAY", "8", "AUTH_LOCK_FOR", "1h",
+				"AUTH_FREE_GUESSES", "5", "AUTH_MAX_GUESS_DELAY", "10m", "AUTH_FREE_GUESSES_PER_ADDR", "50",
+				"AUTH_MAX_ADDR_DELAY", "2h", "AUTH_PHONE_GUESSES_PER_HOUR", "100", "AUTH_ATTACK_GUESSES_PER_MIN", "5000",
+				"AUTH_TRUST_FOR", "168h",
 				"TRUSTED_PROXIES", "10.1.0.0/16,10.2.0.1")[k]
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := auth.Limits{CodeInterval: 90 * time.Second, CodesPerDay: 3, CodesPerAddrPerMin: 0, GuessesPerCode: 4, GuessesPerDay: 8, LockFor: time.Hour}
+		want := auth.Limits{CodeInterval: 90 * time.Second, CodesPerDay: 3, CodesPerAddrPerMin: 0,
+			FreeGuesses: 5, MaxGuessDelay: 10 * time.Minute, FreeGuessesPerAddr: 50, MaxAddrDelay: 2 * time.Hour,
+			PhoneGuessesPerHour: 100, AttackGuessesPerMin: 5000, TrustFor: 7 * 24 * time.Hour}
 		if c.AuthLimits != want {
 			t.Errorf("limits %+v, want %+v", c.AuthLimits, want)
 		}

@@ -72,8 +72,16 @@ func (s stack) env(addr string, extra ...string) map[string]string {
 		// that stalls (the race detector, a GC) can have most of them in
 		// flight at once, past the default cap of 256, and answer 429.
 		// The cap has its own test (TestOverloadAnsweredAtOnce, which sets it);
-		// here it stays above anything a test sends.
-		"MAX_IN_FLIGHT":               "1024",
+		// here it stays above anything a test sends. All of it comes
+		// from 127.0.0.1, one address, which may hold half the slots:
+		// so twice that. For the same reason the connections per address
+		// are not capped (TestSlowBodiesLeaveBuyersServed sets a cap).
+		"MAX_IN_FLIGHT":      "4096",
+		"MAX_CONNS_PER_ADDR": "0",
+		// Tests try wrong codes from 127.0.0.1, run after run, and an
+		// address's count lasts an hour: its free guesses out of reach.
+		"AUTH_FREE_GUESSES":           "1000",
+		"AUTH_FREE_GUESSES_PER_ADDR":  "100000",
 		"AUTH_CODE_INTERVAL":          "0",
 		"AUTH_CODES_PER_DAY":          "0",
 		"AUTH_CODES_PER_ADDR_PER_MIN": "0",
@@ -113,14 +121,22 @@ func start(t *testing.T, env map[string]string) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{Base: "http://" + env["HTTP_ADDR"], stop: cancel, done: make(chan error, 1), log: &syncBuffer{}}
-	go func() { in.done <- run(ctx, func(k string) string { return env[k] }, in.log) }()
+	// run's error goes to Stop and, while it starts, to waitHealthy: one
+	// channel read by both would leave Stop waiting for ever on a server
+	// that failed to start.
+	exited := make(chan error, 1)
+	go func() {
+		err := run(ctx, func(k string) string { return env[k] }, in.log)
+		in.done <- err
+		exited <- err
+	}()
 	t.Cleanup(func() {
 		in.Stop()
 		if t.Failed() {
 			t.Logf("warnings and errors of %s:\n%s", in.Base, problems(in.log.String()))
 		}
 	})
-	waitHealthy(t, in.Base, in.done)
+	waitHealthy(t, in.Base, exited)
 	return in
 }
 

@@ -170,12 +170,13 @@ func TestLivePage(t *testing.T) {
 	}
 }
 
-// holdSlot sends a request that stays in flight, holding one of the
-// instance's MAX_IN_FLIGHT slots and keeping a shutdown waiting: its
-// headers whole, its body not (the handler waits for the rest, up to the
-// server's 10s ReadTimeout). It returns once the handler reads the body:
-// the server's 100 Continue says so. release ends it.
-func holdSlot(t *testing.T, base string) (release func()) {
+// holdRequest sends a request that stays in flight, keeping a shutdown
+// waiting: its headers whole, its body not (the server waits for the
+// rest, up to HTTP_BODY_TIMEOUT). It holds no slot of MAX_IN_FLIGHT: a
+// request takes one only once its body is in (see holdSlot). It returns
+// once the server reads the body: its 100 Continue says so. release ends
+// it.
+func holdRequest(t *testing.T, base string) (release func()) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -197,6 +198,21 @@ func holdSlot(t *testing.T, base string) (release func()) {
 	return func() { conn.Close() }
 }
 
+// holdSlot holds one of the instance's MAX_IN_FLIGHT slots: a buy (sync
+// mode) of a voucher of its own whose row is locked, so that the request,
+// its body read, waits in its handler until release, or its write deadline
+// (STOCK_HOLD/3). It returns at once: the caller waits until the slot shows
+// taken.
+func holdSlot(t *testing.T, st stack, base, admin string) (release func()) {
+	t.Helper()
+	vid := openVoucher(t, base, admin, 5)
+	buyer, _ := mustLogin(t, base, fmt.Sprintf("137%08d", testenv.ID()%100_000_000))
+	unlock := holdVoucherRow(t, st.DSN, vid)
+	done := make(chan struct{})
+	go func() { defer close(done); call("POST", base+"/seckill/"+vid, buyer, nil) }()
+	return func() { unlock(); <-done }
+}
+
 // The event streams pass the cap on requests in flight (a stream lasts as
 // long as its page); the live page and the crowd's POST do not: with the
 // one slot of MAX_IN_FLIGHT=1 taken, a stream opens, and they are
@@ -207,7 +223,7 @@ func TestLiveStreamsAloneOutsideTheCap(t *testing.T) {
 	admin, _ := mustLogin(t, in.Base, adminPhone)
 	vid := openVoucher(t, in.Base, admin, 5)
 
-	release := holdSlot(t, in.Base)
+	release := holdSlot(t, st, in.Base, admin)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r, _ := call("GET", in.Base+"/vouchers/"+vid, "", nil)
@@ -252,7 +268,7 @@ func TestLiveStreamsAloneOutsideTheCap(t *testing.T) {
 // the test counts the orders.
 func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
 	st := newStack(t, 0)
-	in := start(t, st.env(freeAddr(t), "LIVE_CROWD", "true"))
+	in := start(t, st.env(freeAddr(t), "LIVE_CROWD", "true", "HTTP_BODY_TIMEOUT", "10s"))
 	admin, _ := mustLogin(t, in.Base, adminPhone)
 	vid := openVoucher(t, in.Base, admin, 1000)
 	db := testenv.Open(t, st.DSN)
@@ -277,8 +293,8 @@ func TestLiveCrowdStopsBeforeTheDrain(t *testing.T) {
 	}
 
 	// Every wait below counts from here: all of it must fit in the held
-	// request's 10s ReadTimeout, or the drain ends on its own.
-	release := holdSlot(t, in.Base)
+	// request's 10s (HTTP_BODY_TIMEOUT), or the drain ends on its own.
+	release := holdRequest(t, in.Base)
 	held := time.Now()
 	in.stop()
 	deadline = held.Add(2 * time.Second)

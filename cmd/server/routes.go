@@ -53,19 +53,23 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// Every request, outermost first. The request's span covers
 	// everything after it. The answers of the buy button are counted
 	// before anything else can answer, so that the cap's 429s and a
-	// recovered panic's 500 are counted too. Overload is answered next
-	// and fast: beyond MAX_IN_FLIGHT requests at once, 429 before any
-	// work (package admission). Health checks pass, so that an
-	// orchestrator does not kill a busy instance for being busy; /metrics
-	// passes as well: an overload is when it is wanted. So do the /live
-	// event streams, which last as long as their page (they have a cap of
-	// their own), but not the live page or the crowd.
+	// recovered panic's 500 are counted too. Every answer gets the
+	// security headers (web.Harden). Then the body is read whole, under
+	// a deadline of its own, before the request may hold a slot: a client
+	// trickling its body in holds none (web.ReadBody). Overload is
+	// answered next and fast: beyond MAX_IN_FLIGHT requests at once, or
+	// past an address's share of them, 429 before any work (package
+	// admission). Health checks pass, so that an orchestrator does not
+	// kill a busy instance for being busy; /metrics passes as well: an
+	// overload is when it is wanted. So do the /live event streams, which
+	// last as long as their page (they have caps of their own), but not
+	// the live page or the crowd.
 	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
 		r.Use(trace)
 	}
-	inFlight := admission.NewCap(cfg.MaxInFlight).Limit(fail, "/healthz", "/readyz", "/metrics")
+	inFlight := a.slots.Limit(fail, "/healthz", "/readyz", "/metrics")
 	r.Use(a.metrics.Seckill(seckillRoute), a.live.Middleware(seckillRoute), web.Recover(log),
-		live.PassStreams(eventsRoute, inFlight), web.LimitBody())
+		web.Harden(), web.ReadBody(cfg.BodyTimeout), live.PassStreams(eventsRoute, inFlight))
 
 	// What a route may ask for besides: a token (authn, which sets
 	// auth.From), an admin's token (admin, after authn), and the buyer's
@@ -77,12 +81,19 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 
 	// Health, and the API's own description.
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	// /readyz is 200 while MySQL and Redis answer (the contract), and
+	// says besides how loaded the instance is: "saturated" when its cap
+	// refused a request in the last second. It stays 200 then: in a flash
+	// sale every instance is saturated at once, and a balancer that took
+	// them all out of rotation would answer nobody.
 	r.GET("/readyz", func(c *gin.Context) {
 		if err := st.ping(c.Request.Context()); err != nil {
 			web.Error(c, log, apperr.Down(err))
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"status": "ok"})
+		inFlight, capacity, saturated := a.slots.Load()
+		c.JSON(http.StatusOK, gin.H{"status": "ok", "saturated": saturated,
+			"in_flight": inFlight, "max_in_flight": capacity, "refused_connections": a.conns.Refused()})
 	})
 	r.GET("/openapi.yaml", api.Serve)
 

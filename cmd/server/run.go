@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,11 +43,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	// No address holds more than MAX_CONNS_PER_ADDR connections.
+	ln = app.conns.Listener(ln)
+	warnDev(cfg, log)
 	srv := &http.Server{
 		Handler: app.router,
 		// A client that sends its request slowly holds a goroutine and a
-		// connection for as long as it likes unless these cut it off. The
-		// bodies are small (web.LimitBody), so 10s is generous.
+		// connection for as long as it likes unless these cut it off.
+		// The body has a shorter deadline of its own (web.ReadBody).
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		// Longer than the longest request (see HTTPWriteTimeout): cutting
@@ -143,4 +147,21 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// warnDev says loudly, once per setting, which development settings are
+// on and who can reach them (devVars).
+func warnDev(cfg config, log *slog.Logger) {
+	if cfg.LoopbackFrom != "" {
+		log.Warn("development settings are on: listening on loopback only; set ALLOW_DEV_SETTINGS_ON_NETWORK=true to listen on every interface",
+			"HTTP_ADDR", cfg.LoopbackFrom, "listening", cfg.HTTPAddr, "settings", strings.Join(cfg.DevSettings, ","))
+	}
+	for _, name := range cfg.DevSettings {
+		what := map[string]string{
+			"AUTH_DEV_CODES": "POST /auth/code answers the login code: anyone who reaches the port logs in as anyone, the admin too",
+			"LIVE_CROWD":     "admins may start a simulated crowd that buys with made-up users",
+			"PAYMENT_FAKE":   "POST /orders/{id}/pay marks an order paid without taking money",
+		}[name]
+		log.Warn("DEVELOPMENT SETTING ON: never in production", "setting", name, "effect", what, "on_network", cfg.DevOnNetwork)
+	}
 }

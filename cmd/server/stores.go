@@ -60,6 +60,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		st.closers = append(st.closers, mr.Close)
+		st.closers = append(st.closers, realTime(mr))
 		st.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1}) // as the real one's: see newRedis
 		// A name of its own: two demos in one process must not share it.
 		name := fmt.Sprintf("seckill-demo-%d-%d", os.Getpid(), time.Now().UnixNano())
@@ -246,4 +247,34 @@ func (st *stores) ping(ctx context.Context) error {
 		return err
 	}
 	return errors.Join(sqlDB.PingContext(ctx), st.rdb.Ping(ctx).Err())
+}
+
+// realTime makes mr's TTLs count down as the clock does, until the
+// returned stop is called. miniredis counts them down only when told to
+// (FastForward, for tests that skip time): without this the demo's login
+// codes never expired, its windows never ended (an address refused for a
+// minute stayed refused), and the admin could log in only once per
+// process.
+func realTime(mr *miniredis.Miniredis) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				mr.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }

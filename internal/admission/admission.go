@@ -4,7 +4,9 @@
 //   - a user clicking faster than any person does (a bot, a script, a
 //     stuck retry loop): a token bucket per user on the buy button;
 //   - more requests at once than the instance's pools can serve: a cap on
-//     requests in flight.
+//     requests in flight, shared fairly among client addresses;
+//   - more connections from one address than any client needs: a cap per
+//     address on the listener (conns.go).
 //
 // Both answer 429 busy with a Retry-After header. The point is the speed
 // of the no: a request refused here costs microseconds and no connection,
@@ -22,12 +24,14 @@ package admission
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
+	"seckill/internal/web"
 )
 
 var (
@@ -135,17 +139,68 @@ func (b *Buckets) PerUser(fail func(*gin.Context, error)) gin.HandlerFunc {
 	}
 }
 
-// Cap bounds the requests an instance works on at once.
+// Cap bounds the requests an instance works on at once, and shares them
+// fairly among client addresses: once half the slots are taken, no
+// address takes more than a quarter of them. A lone client (a load test,
+// or every client behind a proxy not named in TRUSTED_PROXIES) may hold
+// half the slots; a flood from one or two addresses leaves the other half
+// or a quarter to everyone else. Without the share, one address sending
+// requests as fast as it can held every slot, and every buyer was told
+// 429.
+//
+// A slot is taken once the request's body has arrived (web.ReadBody runs
+// first): a client that trickles its body in holds a connection, not a
+// slot.
 type Cap struct {
-	slots chan struct{}
+	n      int // slots; 0: no cap
+	perKey int // the most one address holds once half are taken
+
+	mu    sync.Mutex
+	total int
+	held  map[string]int // by web.AddrKey
+
+	refused atomic.Int64 // when a request was last refused, in Unix ns
 }
 
 // NewCap returns a Cap of n requests at once; n 0 turns it off.
 func NewCap(n int) *Cap {
-	if n <= 0 {
-		return &Cap{}
+	return &Cap{n: max(n, 0), perKey: max(n/4, 1), held: map[string]int{}}
+}
+
+// take takes a slot for the address key, if the cap and the share allow.
+func (cp *Cap) take(key string) bool {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	h := cp.held[key]
+	if cp.total >= cp.n || (cp.total >= cp.n/2 && h >= cp.perKey) {
+		return false
 	}
-	return &Cap{slots: make(chan struct{}, n)}
+	cp.total++
+	cp.held[key] = h + 1
+	return true
+}
+
+// give gives back a slot of key's.
+func (cp *Cap) give(key string) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.total--
+	if cp.held[key] <= 1 {
+		delete(cp.held, key) // the map holds the addresses in flight only
+	} else {
+		cp.held[key]--
+	}
+}
+
+// Load is the cap's state, for /readyz: requests in flight, the cap, and
+// whether the cap refused a request in the last second (the instance is
+// saturated: clients are being told 429).
+func (cp *Cap) Load() (inFlight, capacity int, saturated bool) {
+	cp.mu.Lock()
+	inFlight = cp.total
+	cp.mu.Unlock()
+	last := cp.refused.Load()
+	return inFlight, cp.n, last != 0 && time.Since(time.Unix(0, last)) < time.Second
 }
 
 // Limit is a gin middleware that lets a request in if a slot is free, and
@@ -175,16 +230,19 @@ func (cp *Cap) Limit(fail func(*gin.Context, error), exempt ...string) gin.Handl
 		return false
 	}
 	return func(c *gin.Context) {
-		if cp.slots == nil || exempted(c.Request.URL.Path) {
+		if cp.n == 0 || exempted(c.Request.URL.Path) {
 			c.Next()
 			return
 		}
-		select {
-		case cp.slots <- struct{}{}:
-			defer func() { <-cp.slots }()
-			c.Next()
-		default:
+		// ClientIP: behind a proxy in TRUSTED_PROXIES, the client it
+		// names, else the connection's peer.
+		key := web.AddrKey(c.ClientIP())
+		if !cp.take(key) {
+			cp.refused.Store(time.Now().UnixNano())
 			fail(c, apperr.RetryAfter(ErrOverloaded, time.Second))
+			return
 		}
+		defer cp.give(key)
+		c.Next()
 	}
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -92,10 +93,12 @@ func TestCap(t *testing.T) {
 	r.GET("/live/:id/events", func(c *gin.Context) { c.Status(http.StatusOK) })
 
 	var wg sync.WaitGroup
-	for range 2 {
+	for i := range 2 { // from two addresses: one may hold but half the slots
 		wg.Go(func() {
 			w := httptest.NewRecorder()
-			r.ServeHTTP(w, httptest.NewRequest("GET", "/slow", nil))
+			req := httptest.NewRequest("GET", "/slow", nil)
+			req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i+1)
+			r.ServeHTTP(w, req)
 		})
 	}
 	<-entered
@@ -130,4 +133,89 @@ func TestCap(t *testing.T) {
 
 func apperrIsBusy(body string) bool {
 	return body == `{"error":{"code":"`+string(apperr.Busy)+`","message":"`+ErrOverloaded.Message+`"}}`
+}
+
+// Once half the slots are taken, no address takes more than a quarter of
+// them: a lone client gets half, a flood from two addresses leaves a
+// quarter to everyone else, and a freed slot serves its address again.
+func TestCapShares(t *testing.T) {
+	cp := NewCap(8)
+	take := func(addr string, n int) int {
+		got := 0
+		for range n {
+			if cp.take(addr) {
+				got++
+			}
+		}
+		return got
+	}
+	if got := take("a", 8); got != 4 {
+		t.Fatalf("a lone address took %d of 8 slots, want 4 (half)", got)
+	}
+	if got := take("b", 8); got != 2 {
+		t.Fatalf("a second address took %d, want 2 (a quarter)", got)
+	}
+	if got := take("c", 8); got != 2 {
+		t.Fatalf("a third address took %d, want the last 2", got)
+	}
+	if got := take("d", 1); got != 0 {
+		t.Fatalf("a full cap let a request in")
+	}
+	cp.give("c")
+	if got := take("d", 2); got != 1 {
+		t.Fatalf("a freed slot: a new address took %d, want 1", got)
+	}
+	if n, capacity, _ := cp.Load(); n != 8 || capacity != 8 {
+		t.Fatalf("Load = %d of %d, want 8 of 8", n, capacity)
+	}
+	for _, a := range []string{"a", "a", "a", "a", "b", "b", "c", "d"} {
+		cp.give(a)
+	}
+	if len(cp.held) != 0 || cp.total != 0 {
+		t.Fatalf("after every slot is given back: %d held by %v", cp.total, cp.held)
+	}
+}
+
+// A flood of requests from one address, each held in flight, leaves
+// another address's request served; the cap says it is saturated.
+func TestCapFloodLeavesOthersServed(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	r := gin.New()
+	fail := func(c *gin.Context, err error) { web.Error(c, nil, err) }
+	cp := NewCap(16)
+	r.Use(cp.Limit(fail))
+	release := make(chan struct{})
+	r.GET("/slow", func(c *gin.Context) { <-release; c.Status(http.StatusOK) })
+	r.GET("/fast", func(c *gin.Context) { c.Status(http.StatusOK) })
+
+	var wg sync.WaitGroup
+	codes := make(chan int, 40)
+	for range 40 {
+		wg.Go(func() {
+			w := httptest.NewRecorder()
+			req := httptest.NewRequest("GET", "/slow", nil)
+			req.RemoteAddr = "198.51.100.7:999"
+			r.ServeHTTP(w, req)
+			codes <- w.Code
+		})
+	}
+	// The flood's refusals come back at once; its admitted requests
+	// wait for release.
+	for range 40 - 8 {
+		if c := <-codes; c != http.StatusTooManyRequests {
+			t.Fatalf("flood: %d before release, want 429", c)
+		}
+	}
+	if _, _, saturated := cp.Load(); !saturated {
+		t.Error("Load does not say saturated after refusals")
+	}
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/fast", nil)
+	req.RemoteAddr = "203.0.113.9:1"
+	r.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("another address during the flood: %d, want 200", w.Code)
+	}
+	close(release)
+	wg.Wait()
 }

@@ -1,55 +1,88 @@
--- Check a login code once, counting wrong guesses per code and per phone.
+-- Check a login code once, for one phone and one client address.
 --
--- KEYS[1] the code's hash: code, tries (wrong guesses on this code)
--- KEYS[2] the count of the phone's wrong guesses in the current day
--- KEYS[3] the lock marker: exists while the phone is locked
+-- KEYS[1] the phone's live codes: a sorted set, each code scored by the
+--         time it expires (ms)
+-- KEYS[2] the pair's wrong guesses (this phone, this address): a hash
+--         with n (wrong guesses) and until (ms: no guess before then)
+-- KEYS[3] the pair's trust marker: exists when the address logged in to
+--         the phone lately
+-- KEYS[4] the phone's wrong guesses of the last hour from addresses
+--         without trust: a sorted set scored by the time of each
 -- ARGV[1] the code offered
--- ARGV[2] wrong guesses that burn a code
--- ARGV[3] wrong guesses per day; the one that reaches it locks the phone
--- ARGV[4] how long the lock lasts, in ms
--- ARGV[5] a day, in ms
+-- ARGV[2] the pair's free wrong guesses, before any wait
+-- ARGV[3] 1 while many guesses fail everywhere (an attack): the free
+--         guesses are gone, for pairs without trust
+-- ARGV[4] the first wait, in ms; each further wrong guess doubles it
+-- ARGV[5] the longest wait, in ms
+-- ARGV[6] how long a pair's count is kept after its wait ends, in ms
+-- ARGV[7] wrong guesses per phone per hour from addresses without trust
+-- ARGV[8] an hour, in ms
+-- ARGV[9] how long a login makes the pair trusted, in ms
 --
--- Returns {MATCHED, 0}, {WRONG, 0} or {LOCKED, ms until the lock ends}
--- (see limits.go).
+-- Returns {MATCHED, 0}, {WRONG, ms the pair now waits}, or a refusal
+-- that compared nothing: {PAIR_WAIT, ms} or {PHONE_BUSY, ms} (see
+-- limits.go).
 --
--- In one script so that two requests with the right code cannot both log
--- in (a code logs in once: it is deleted), and guesses are counted without
--- a race. The count of the day is the phone's, not the code's: a resend
--- replaces the code and its tries, but not the wrong guesses already made,
--- so "ask for a code, guess five times" cannot be repeated for ever.
-local MATCHED, WRONG, LOCKED = 0, 1, 2
+-- Gates, comparison and count are one script: guesses at once are
+-- counted one after another, so no two of them pass a gate that the
+-- first of them should have closed, and a code logs in once (it is
+-- deleted). Times come from Redis (TIME), never from an instance.
+local MATCHED, WRONG, PAIR_WAIT, PHONE_BUSY = 0, 1, 2, 3
 
--- While locked, even the right code fails: else the lock would only slow
--- down a guesser, who could go on guessing and be told when they won.
-local locked = redis.call('PTTL', KEYS[3])
-if locked > 0 then
-  return {LOCKED, locked}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local trusted = redis.call('EXISTS', KEYS[3]) == 1
+local hour = tonumber(ARGV[8])
+
+-- The pair waits after its last wrong guess. Only this address waits on
+-- this phone: a stranger's guesses never slow the owner's.
+local untilMs = tonumber(redis.call('HGET', KEYS[2], 'until') or '0')
+if untilMs > now then
+  return {PAIR_WAIT, untilMs - now}
 end
 
-local code = redis.call('HGET', KEYS[1], 'code')
-if not code then
-  -- No code (never sent, expired, used or burnt): nothing to guess, so
-  -- nothing is counted.
-  return {WRONG, 0}
+-- The phone's budget holds the guessers that many addresses together
+-- could be (a botnet gets each address's free guesses). An address that
+-- logged in to the phone lately is its owner's: neither refused by the
+-- budget nor counted in it, so strangers who spend it lock nobody out.
+if not trusted then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - hour)
+  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
+    local oldest = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+    return {PHONE_BUSY, math.max(tonumber(oldest[2]) + hour - now, 1)}
+  end
 end
-if code == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+
+-- Any live code logs in: a stranger asking for codes adds codes, and
+-- cannot undo the one the owner received.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  -- NIST SP 800-63B: after a login, forget the earlier failures of this
+  -- user from this address. The pair is trusted from now on.
+  redis.call('DEL', KEYS[2])
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[9])
   return {MATCHED, 0}
 end
 
-local misses = redis.call('INCR', KEYS[2])
-if redis.call('PTTL', KEYS[2]) < 0 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+-- A wrong guess (with no live code too: a failed login is a failed
+-- login). Past the free ones, each doubles the pair's wait.
+local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
+local free = tonumber(ARGV[2])
+if ARGV[3] == '1' and not trusted then
+  free = 0
 end
-if misses >= tonumber(ARGV[3]) then
-  -- The day's limit: lock the phone and burn its code. The count stays,
-  -- so once the lock ends, each further wrong guess that day locks the
-  -- phone again.
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
-  redis.call('DEL', KEYS[1])
-  return {WRONG, 0}
+local wait = 0
+if n > free then
+  wait = math.min(tonumber(ARGV[4]) * 2 ^ math.min(n - free - 1, 40), tonumber(ARGV[5]))
 end
-if redis.call('HINCRBY', KEYS[1], 'tries', 1) >= tonumber(ARGV[2]) then
-  redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'until', string.format('%d', now + wait))
+-- Kept a while after the wait ends, so that a guesser who waits out each
+-- delay meets the next, longer one; a pair quiet that long starts over.
+redis.call('PEXPIRE', KEYS[2], string.format('%d', wait + tonumber(ARGV[6])))
+if not trusted then
+  -- The member only has to be unique: the time and the count so far.
+  redis.call('ZADD', KEYS[4], now, now .. ':' .. redis.call('ZCARD', KEYS[4]))
+  redis.call('PEXPIRE', KEYS[4], hour)
 end
-return {WRONG, 0}
+return {WRONG, wait}

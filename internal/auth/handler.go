@@ -55,7 +55,8 @@ func (h *Handler) Login(c *gin.Context) {
 	if !web.BindJSON(c, &in) {
 		return
 	}
-	token, u, err := h.svc.Login(c.Request.Context(), in.Phone, in.Code)
+	// The address as for SendCode: the guess limits count per address.
+	token, u, err := h.svc.Login(c.Request.Context(), in.Phone, in.Code, c.ClientIP())
 	if err != nil {
 		web.Error(c, h.log, err)
 		return

@@ -3,13 +3,14 @@ package auth
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/apperr"
+	"seckill/internal/web"
 )
 
 // A 6-digit code is a small secret: one guess in a million. What keeps an
@@ -17,6 +18,26 @@ import (
 // sane is how many codes anyone can have sent. Limits holds both, and every
 // count lives in Redis, so that all instances share it: a limit per
 // instance would be multiplied by the number of instances.
+//
+// A limit is also a weapon: whatever a guesser can make the server refuse,
+// a stranger can make it refuse to the phone's owner. An earlier version
+// counted wrong guesses per phone and locked the phone after ten: anyone
+// who knew the admin's number could keep the admin out all day. So no
+// refusal here is the phone's alone:
+//
+//   - a client address that guesses wrong on a phone waits, longer after
+//     each wrong guess (the pair: this phone, this address); only that
+//     address waits, and its login clears the count;
+//   - an address that guesses wrong on many phones waits too (the
+//     address, over all phones);
+//   - the phone caps the wrong guesses of an hour, but only from addresses
+//     it never logged in from: an address that logged in to the phone is
+//     trusted for a while, and neither counted nor refused there;
+//   - when wrong guesses pour in everywhere (an attack), the free guesses
+//     are gone, for everyone but trusted pairs.
+//
+// And a code does not replace the one before: a stranger asking for codes
+// adds codes on the owner's phone, and cannot undo the one being typed in.
 
 // Limits bound how often login codes are sent and guessed.
 type Limits struct {
@@ -24,51 +45,98 @@ type Limits struct {
 	// 0 turns this limit off.
 	CodeInterval time.Duration
 	// CodesPerDay is how many codes one phone is sent in a day (24 hours
-	// from its first code); 0 turns this limit off.
+	// from its first code), on requests from addresses it never logged in
+	// from (a trusted pair is not counted, nor refused); 0 turns this
+	// limit off.
 	CodesPerDay int
 	// CodesPerAddrPerMin is how many code requests one client address
 	// makes in a minute (from its first); 0 turns this limit off.
 	CodesPerAddrPerMin int
-	// GuessesPerCode is the wrong guesses that burn a code: after them
-	// even the right code fails, and a new one must be asked for.
-	GuessesPerCode int
-	// GuessesPerDay is the wrong guesses one phone gets in a day (24
-	// hours from its first), whatever codes they were made on; the one
-	// that reaches it locks the phone for LockFor.
-	GuessesPerDay int
-	// LockFor is how long a phone stays locked: no code is sent to it and
-	// no code logs it in, not even the right one.
-	LockFor time.Duration
+	// FreeGuesses is how many wrong guesses one client address makes on
+	// one phone before it waits: then each further wrong guess makes it
+	// wait twice as long as the last, from a second up to MaxGuessDelay.
+	// A login from the address clears the count.
+	FreeGuesses int
+	// MaxGuessDelay is the longest that wait grows to.
+	MaxGuessDelay time.Duration
+	// FreeGuessesPerAddr is the same for one client address over all
+	// phones: its wrong guesses before it waits, then a second, doubling
+	// up to MaxAddrDelay. Logins from the address do not clear it.
+	FreeGuessesPerAddr int
+	// MaxAddrDelay is the longest an address waits.
+	MaxAddrDelay time.Duration
+	// PhoneGuessesPerHour is how many wrong guesses one phone takes in
+	// any hour from addresses it is not trusted from; past it they are
+	// refused until the oldest is an hour old. Trusted pairs are neither
+	// counted nor refused.
+	PhoneGuessesPerHour int
+	// AttackGuessesPerMin is how many wrong guesses, over all phones and
+	// addresses, make a minute look like an attack: from then until the
+	// minute ends, pairs and addresses without trust get no free guesses.
+	AttackGuessesPerMin int
+	// TrustFor is how long a login makes its pair (phone, address)
+	// trusted.
+	TrustFor time.Duration
 }
 
-// DefaultLimits: a code a minute and ten a day
-// per phone, twenty requests a minute per address, five wrong guesses per
-// code and ten per day per phone, then a lock of fifteen minutes. With
-// them a guesser gets ten guesses on a phone in a day, then one per new
-// code (the lock burns it), and ten codes a day: at most about twenty
-// guesses a day, which take some 35,000 days to reach an even chance of
-// guessing a code they never see. Without them, "ask for a code, guess
-// five times" took an account in about 200,000 rounds.
+// DefaultLimits: a code a minute per phone and ten a day from strangers;
+// twenty code requests a minute per address; three free wrong guesses
+// per phone and address, then waits of 1 s, 2 s, 4 s ... up to 15
+// minutes; ten free wrong guesses per address over all phones, then waits
+// up to an hour; twenty wrong guesses an hour per phone from addresses it
+// never logged in from; no free guesses while over 1,000 wrong guesses a
+// minute fail everywhere; trust for 30 days after a login.
+//
+// What they allow: one address gets about twenty guesses in its first
+// hour, on one phone or spread over many, then one an hour: some 45 in
+// its first day, 24 a day after. Many addresses together get twenty an
+// hour on a phone, and since a code lives five minutes, each code meets
+// at most twenty of them: one chance in 50,000. Ten codes a day from
+// strangers, and the owner's own, keep that near one chance in 3,000 a
+// day for an attacker with a botnet (who also wakes the owner with ten
+// codes a day). OWASP ASVS 2.2.1 allows up to 100 failures an hour on an
+// account; twenty costs the owner nothing, since their own addresses
+// are not counted.
 var DefaultLimits = Limits{
-	CodeInterval:       time.Minute,
-	CodesPerDay:        10,
-	CodesPerAddrPerMin: 20,
-	GuessesPerCode:     5,
-	GuessesPerDay:      10,
-	LockFor:            15 * time.Minute,
+	CodeInterval:        time.Minute,
+	CodesPerDay:         10,
+	CodesPerAddrPerMin:  20,
+	FreeGuesses:         3,
+	MaxGuessDelay:       15 * time.Minute,
+	FreeGuessesPerAddr:  10,
+	MaxAddrDelay:        time.Hour,
+	PhoneGuessesPerHour: 20,
+	AttackGuessesPerMin: 1000,
+	TrustFor:            30 * 24 * time.Hour,
 }
 
 const (
 	// codeTTL is how long a code logs in: the contract's five minutes.
 	codeTTL = 5 * time.Minute
-	day     = 24 * time.Hour
+	// liveCodes is how many codes a phone keeps at once, the oldest
+	// dropped first. Five, because a code a minute (CodeInterval) for
+	// five minutes (codeTTL) makes five: no code goes before it expires,
+	// so asking for codes cannot push out the one the owner received.
+	liveCodes = 5
+	day       = 24 * time.Hour
+	hour      = time.Hour
 	// addrWindow is the window of CodesPerAddrPerMin.
 	addrWindow = time.Minute
+	// attackWindow is the window of AttackGuessesPerMin.
+	attackWindow = time.Minute
+	// firstDelay is the first wait after the free guesses; each further
+	// wrong guess doubles it.
+	firstDelay = time.Second
+	// forgetAfter is how long a count of wrong guesses (a pair's, an
+	// address's) is kept after its wait ends. A guesser who waits out
+	// each delay meets the next, longer one; a client quiet for an hour
+	// starts over, its typos forgotten.
+	forgetAfter = time.Hour
 )
 
 // The refusals of the limits. Each is busy (429), and comes wrapped with
-// apperr.RetryAfter: how long until the refused request may succeed, from
-// the TTL of the window or lock that refused it.
+// apperr.RetryAfter: how long until the refused request may succeed, read
+// from Redis' clock.
 var (
 	// ErrCodeTooSoon: a code was sent to this phone less than
 	// CodeInterval ago.
@@ -78,8 +146,14 @@ var (
 	// ErrAddrBusy: the client address made CodesPerAddrPerMin requests
 	// this minute.
 	ErrAddrBusy = apperr.New(apperr.Busy, "too many login code requests from your address; ask again after Retry-After seconds")
-	// ErrPhoneLocked: the phone had GuessesPerDay wrong guesses today.
-	ErrPhoneLocked = apperr.New(apperr.Busy, "too many wrong login codes for this phone; it is locked, try again after Retry-After seconds")
+	// ErrGuessTooSoon: this address guessed wrong on this phone moments
+	// ago, past its free guesses.
+	ErrGuessTooSoon = apperr.New(apperr.Busy, "too many wrong login codes for this phone from your address; try again after Retry-After seconds")
+	// ErrAddrGuessTooSoon: this address guessed wrong on many phones.
+	ErrAddrGuessTooSoon = apperr.New(apperr.Busy, "too many wrong login codes from your address; try again after Retry-After seconds")
+	// ErrPhoneGuessedOut: the phone had PhoneGuessesPerHour wrong guesses
+	// in the last hour from addresses it never logged in from.
+	ErrPhoneGuessedOut = apperr.New(apperr.Busy, "too many wrong login codes for this phone from new addresses; try again after Retry-After seconds, or from an address you logged in from before")
 )
 
 // Answers of send_code.lua.
@@ -87,14 +161,14 @@ const (
 	sendSent    = 0
 	sendTooSoon = 1
 	sendTooMany = 2
-	sendLocked  = 3
 )
 
 // Answers of check_code.lua.
 const (
-	checkMatched = 0
-	checkWrong   = 1
-	checkLocked  = 2
+	checkMatched   = 0
+	checkWrong     = 1
+	checkPairWait  = 2
+	checkPhoneBusy = 3
 )
 
 var (
@@ -106,50 +180,58 @@ var (
 	checkCodeSrc    string
 	checkCodeScript = redis.NewScript(checkCodeSrc)
 
-	//go:embed count_addr.lua
-	countAddrSrc    string
-	countAddrScript = redis.NewScript(countAddrSrc)
+	//go:embed count_window.lua
+	countWindowSrc    string
+	countWindowScript = redis.NewScript(countWindowSrc)
+
+	//go:embed admit_guess.lua
+	admitGuessSrc    string
+	admitGuessScript = redis.NewScript(admitGuessSrc)
+
+	//go:embed refund_guess.lua
+	refundGuessSrc    string
+	refundGuessScript = redis.NewScript(refundGuessSrc)
 )
 
-// phoneKeys are the Redis keys of one phone's login. They share the hash
-// tag {phone}: in Redis Cluster they hash to one slot, which is what lets
-// one script read and write them all.
+// phoneKeys are the Redis keys of one phone's login, as seen from one
+// client address. They share the hash tag {phone}: in Redis Cluster they
+// hash to one slot, which is what lets one script read and write them
+// all. The address's own keys (addrKeys) and the global count live in
+// other slots, so they have scripts of their own.
 type phoneKeys struct {
-	code   string // hash: code, tries
+	codes  string // sorted set: the live codes, scored by expiry (ms)
 	wait   string // exists while another code must wait (CodeInterval)
-	sent   string // codes sent in the current day
-	misses string // wrong guesses in the current day
-	locked string // exists while the phone is locked
+	sent   string // codes sent in the current day, to strangers
+	failed string // sorted set: the last hour's wrong guesses from strangers
+	pair   string // hash: n, until: this address's wrong guesses here
+	trust  string // exists while this address is trusted for this phone
 }
 
-func keysOf(phone string) phoneKeys {
+func keysOf(phone, addr string) phoneKeys {
 	p := "login:{" + phone + "}:"
-	return phoneKeys{code: p + "code", wait: p + "wait", sent: p + "sent", misses: p + "misses", locked: p + "locked"}
+	a := web.AddrKey(addr)
+	return phoneKeys{
+		codes: p + "codes", wait: p + "wait", sent: p + "sent", failed: p + "failed",
+		pair: p + "pair:" + a, trust: p + "trust:" + a,
+	}
 }
 
-// CodeKey is the Redis key of phone's current login code: a hash with
-// the code and its count of wrong guesses. Tests read the code there when
-// the server shows it nowhere else (AUTH_DEV_CODES=false).
-func CodeKey(phone string) string { return keysOf(phone).code }
+// CodeKey is the Redis key of phone's live login codes: a sorted set of
+// codes scored by the time each expires (ms, Redis' clock), the newest
+// last. Tests read the code there when the server shows it nowhere else
+// (AUTH_DEV_CODES=false).
+func CodeKey(phone string) string { return keysOf(phone, "").codes }
 
-// addrKey is the key counting one client address's code requests. An
-// IPv6 client usually holds a whole /64 (and can pick any address in
-// it), so IPv6 addresses are counted per /64: else one client could ask
-// from 2^64 "addresses". An IPv4 address (mapped into IPv6 or not) is
-// counted alone. What is not an address at all (a Unix socket) shares one
-// count.
-func addrKey(addr string) string {
-	a, err := netip.ParseAddr(addr)
-	if err != nil {
-		return "login:addr:unknown"
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return "login:addr:" + p.String()
-	}
-	return "login:addr:" + a.String()
-}
+// addrKey is the key counting one client address's code requests, and
+// addrFailedKey the one counting its wrong guesses (a hash: n, until).
+// An IPv6 address counts as its /64 (web.AddrKey): a client can pick any
+// address in it.
+func addrKey(addr string) string       { return "login:addr:" + web.AddrKey(addr) }
+func addrFailedKey(addr string) string { return addrKey(addr) + ":failed" }
+
+// failedKey counts the wrong guesses of the current minute over all
+// phones and addresses: the sign of an attack.
+const failedKey = "login:failed"
 
 // admitAddr counts a code request from addr, refusing it with
 // ErrAddrBusy once the address is over its limit.
@@ -157,7 +239,7 @@ func (s *Service) admitAddr(ctx context.Context, addr string) error {
 	if s.limits.CodesPerAddrPerMin <= 0 {
 		return nil
 	}
-	wait, err := countAddrScript.Run(ctx, s.rdb, []string{addrKey(addr)}, s.limits.CodesPerAddrPerMin, addrWindow.Milliseconds()).Int64()
+	wait, err := countWindowScript.Run(ctx, s.rdb, []string{addrKey(addr)}, s.limits.CodesPerAddrPerMin, addrWindow.Milliseconds()).Int64()
 	if err != nil {
 		return apperr.Down(fmt.Errorf("count login code requests of %s: %w", addr, err))
 	}
@@ -167,11 +249,12 @@ func (s *Service) admitAddr(ctx context.Context, addr string) error {
 	return nil
 }
 
-// storeCode stores code as phone's new code if the phone's limits allow.
-func (s *Service) storeCode(ctx context.Context, phone, code string) error {
-	k := keysOf(phone)
-	res, err := sendCodeScript.Run(ctx, s.rdb, []string{k.code, k.wait, k.sent, k.locked},
-		code, codeTTL.Milliseconds(), s.limits.CodeInterval.Milliseconds(), s.limits.CodesPerDay, day.Milliseconds()).Int64Slice()
+// storeCode stores code as one of phone's live codes if the phone's
+// limits allow; addr is the client's, trusted or not.
+func (s *Service) storeCode(ctx context.Context, phone, addr, code string) error {
+	k := keysOf(phone, addr)
+	res, err := sendCodeScript.Run(ctx, s.rdb, []string{k.codes, k.wait, k.sent, k.trust},
+		code, codeTTL.Milliseconds(), s.limits.CodeInterval.Milliseconds(), s.limits.CodesPerDay, day.Milliseconds(), liveCodes).Int64Slice()
 	if err != nil {
 		return apperr.Down(fmt.Errorf("store login code: %w", err))
 	}
@@ -186,30 +269,96 @@ func (s *Service) storeCode(ctx context.Context, phone, code string) error {
 		return apperr.RetryAfter(ErrCodeTooSoon, wait)
 	case sendTooMany:
 		return apperr.RetryAfter(ErrTooManyCodes, wait)
-	case sendLocked:
-		return apperr.RetryAfter(ErrPhoneLocked, wait)
 	}
 	return fmt.Errorf("store login code: script answered %v", res)
 }
 
-// checkCode checks code against phone's code, counting a wrong guess.
-func (s *Service) checkCode(ctx context.Context, phone, code string) error {
-	k := keysOf(phone)
-	res, err := checkCodeScript.Run(ctx, s.rdb, []string{k.code, k.misses, k.locked},
-		code, s.limits.GuessesPerCode, s.limits.GuessesPerDay, s.limits.LockFor.Milliseconds(), day.Milliseconds()).Int64Slice()
+// checkCode checks code against phone's live codes for a client at addr,
+// in up to four steps, each in its own Cluster slot:
+//
+//  1. read whether a minute of failures looks like an attack, and whether
+//     the pair is trusted (one round trip);
+//  2. unless trusted, admit the attempt at the address's gate, counting
+//     it as a wrong guess before anything is compared, so that attempts
+//     at once cannot all pass the gate the first of them closes;
+//  3. check the code at the phone: the pair's wait, the phone's budget,
+//     the comparison and the count, in one script;
+//  4. take the address's count back if the attempt was no wrong guess,
+//     or add a wrong guess to the minute's count.
+func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error {
+	k := keysOf(phone, addr)
+	var failed *redis.StringCmd
+	var trust *redis.IntCmd
+	// Pipelined answers the first command's error; each is looked at
+	// below, where a missing count (redis.Nil) is no error.
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		failed = p.Get(ctx, failedKey)
+		trust = p.Exists(ctx, k.trust)
+		return nil
+	})
+	n, err := failed.Int()
+	if errors.Is(err, redis.Nil) {
+		n, err = 0, nil
+	}
+	if err == nil {
+		err = trust.Err()
+	}
 	if err != nil {
+		return apperr.Down(fmt.Errorf("read login guess counts: %w", err))
+	}
+	attack := 0
+	if n >= s.limits.AttackGuessesPerMin {
+		attack = 1
+	}
+	// The trusted pair skips the address's gate: an owner who shares an
+	// address with a guesser (a carrier's NAT, an office) still logs in.
+	// The script at the phone reads the trust again, as its own.
+	counted := false
+	if trust.Val() == 0 {
+		wait, err := admitGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)},
+			s.limits.FreeGuessesPerAddr, attack, firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Int64()
+		if err != nil {
+			return apperr.Down(fmt.Errorf("count login guesses of %s: %w", addr, err))
+		}
+		if wait > 0 {
+			return apperr.RetryAfter(ErrAddrGuessTooSoon, time.Duration(wait)*time.Millisecond)
+		}
+		counted = true
+	}
+
+	res, err := checkCodeScript.Run(ctx, s.rdb, []string{k.codes, k.pair, k.trust, k.failed},
+		code, s.limits.FreeGuesses, attack, firstDelay.Milliseconds(), s.limits.MaxGuessDelay.Milliseconds(),
+		forgetAfter.Milliseconds(), s.limits.PhoneGuessesPerHour, hour.Milliseconds(), s.limits.TrustFor.Milliseconds()).Int64Slice()
+	if err != nil {
+		// Whether the script ran is unknown: the address's count stays,
+		// erring on the side of counting.
 		return apperr.Down(fmt.Errorf("check login code: %w", err))
 	}
 	if len(res) != 2 {
 		return fmt.Errorf("check login code: script answered %v", res)
 	}
+	if res[0] == checkWrong {
+		// The count is read at the next login (step 1); the limit given
+		// here only decides the script's answer, which nobody needs.
+		if err := countWindowScript.Run(ctx, s.rdb, []string{failedKey}, s.limits.AttackGuessesPerMin, attackWindow.Milliseconds()).Err(); err != nil {
+			return apperr.Down(fmt.Errorf("count a wrong login code: %w", err))
+		}
+		return ErrWrongCode
+	}
+	if counted {
+		// Best effort: a lost refund leaves one guess too many on this
+		// address, a cost to the address and never to safety, and a
+		// login that matched must stand (its code is spent).
+		_ = refundGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)}).Err()
+	}
+	wait := time.Duration(res[1]) * time.Millisecond
 	switch res[0] {
 	case checkMatched:
 		return nil
-	case checkWrong:
-		return ErrWrongCode
-	case checkLocked:
-		return apperr.RetryAfter(ErrPhoneLocked, time.Duration(res[1])*time.Millisecond)
+	case checkPairWait:
+		return apperr.RetryAfter(ErrGuessTooSoon, wait)
+	case checkPhoneBusy:
+		return apperr.RetryAfter(ErrPhoneGuessedOut, wait)
 	}
 	return fmt.Errorf("check login code: script answered %v", res)
 }

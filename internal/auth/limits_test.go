@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,23 +53,28 @@ func newLimited(t *testing.T, limits Limits) (*Service, *recorder) {
 	return NewService(db, rdb, tokens, nil, rec, limits), rec
 }
 
-// testPhone returns a phone no other test uses, and deletes its keys when
-// the test ends.
+// testPhone returns a phone no other test uses, and deletes its keys
+// (those of every address included) when the test ends.
 func testPhone(t *testing.T, s *Service) string {
 	t.Helper()
 	phone := fmt.Sprintf("137%08d", testenv.ID()%100_000_000)
-	k := keysOf(phone)
-	t.Cleanup(func() { s.rdb.Del(context.Background(), k.code, k.wait, k.sent, k.misses, k.locked) })
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := s.rdb.Keys(ctx, "login:{"+phone+"}:*").Result()
+		if len(keys) > 0 {
+			s.rdb.Del(ctx, keys...)
+		}
+	})
 	return phone
 }
 
 // testAddr returns an IPv4 address no other test uses, and deletes its
-// count when the test ends.
+// counts when the test ends.
 func testAddr(t *testing.T, s *Service) string {
 	t.Helper()
 	n := testenv.ID()
 	addr := fmt.Sprintf("10.%d.%d.%d", n>>16&0xff, n>>8&0xff, n&0xff)
-	t.Cleanup(func() { s.rdb.Del(context.Background(), addrKey(addr)) })
+	t.Cleanup(func() { s.rdb.Del(context.Background(), addrKey(addr), addrFailedKey(addr)) })
 	return addr
 }
 
@@ -82,18 +88,39 @@ func mustSend(t *testing.T, s *Service, phone, addr string) string {
 	return code
 }
 
-// wrongCode is a code that is not code.
-func wrongCode(code string) string {
-	n, _ := strconv.Atoi(code)
-	return fmt.Sprintf("%06d", (n+1)%1_000_000)
+// wrongCode is a code that is none of codes: none of a phone's live
+// codes, when given all that were sent to it.
+func wrongCode(codes ...string) string {
+	n, _ := strconv.Atoi(codes[0])
+	for {
+		n = (n + 1) % 1_000_000
+		guess := fmt.Sprintf("%06d", n)
+		if !slices.Contains(codes, guess) {
+			return guess
+		}
+	}
 }
 
-// expectWrong checks that logging in with code is refused as a wrong code
-// (401), not as a lock.
-func expectWrong(t *testing.T, s *Service, phone, code string) {
+// login logs in to phone with code from addr.
+func login(s *Service, phone, code, addr string) error {
+	_, _, err := s.Login(context.Background(), phone, code, addr)
+	return err
+}
+
+// expectWrong checks that logging in with code from addr is refused as a
+// wrong code (401), not by a limit.
+func expectWrong(t *testing.T, s *Service, phone, code, addr string) {
 	t.Helper()
-	if _, _, err := s.Login(context.Background(), phone, code); !errors.Is(err, ErrWrongCode) {
-		t.Fatalf("Login(%s, %s) = %v, want ErrWrongCode", phone, code, err)
+	if err := login(s, phone, code, addr); !errors.Is(err, ErrWrongCode) {
+		t.Fatalf("Login(%s, %s) from %s = %v, want ErrWrongCode", phone, code, addr, err)
+	}
+}
+
+// expectLogin checks that code logs in to phone from addr.
+func expectLogin(t *testing.T, s *Service, phone, code, addr string) {
+	t.Helper()
+	if err := login(s, phone, code, addr); err != nil {
+		t.Fatalf("Login(%s, %s) from %s = %v, want a login", phone, code, addr, err)
 	}
 }
 
@@ -127,7 +154,7 @@ func TestCodeInterval(t *testing.T) {
 		if got := rec.sent(phone); len(got) != 1 || got[0] != code {
 			t.Errorf("codes sent %v, want only %s", got, code)
 		}
-		if _, _, err := s.Login(ctx, phone, code); err != nil {
+		if err := login(s, phone, code, addr); err != nil {
 			t.Errorf("login with the first code after a refused resend: %v", err)
 		}
 	})
@@ -190,12 +217,32 @@ func TestCodesPerDay(t *testing.T) {
 	l := DefaultLimits
 	l.CodeInterval = 0 // so that the day's limit is what refuses
 	s, _ := newLimited(t, l)
-	phone, addr := testPhone(t, s), testAddr(t, s)
-	for range l.CodesPerDay {
-		mustSend(t, s, phone, addr)
-	}
-	_, err := s.SendCode(context.Background(), phone, addr)
-	expectRefused(t, err, ErrTooManyCodes, 23*time.Hour, 24*time.Hour)
+	ctx := context.Background()
+
+	t.Run("a phone gets CodesPerDay codes a day", func(t *testing.T) {
+		phone, addr := testPhone(t, s), testAddr(t, s)
+		for range l.CodesPerDay {
+			mustSend(t, s, phone, addr)
+		}
+		_, err := s.SendCode(ctx, phone, addr)
+		expectRefused(t, err, ErrTooManyCodes, 23*time.Hour, 24*time.Hour)
+	})
+
+	// Else a stranger asking for ten codes would keep the owner from
+	// logging in for a day.
+	t.Run("an address the phone logged in from is neither counted nor refused", func(t *testing.T) {
+		phone, owner, stranger := testPhone(t, s), testAddr(t, s), testAddr(t, s)
+		// The first code counts: the address is not trusted yet.
+		expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+		for range l.CodesPerDay - 1 {
+			mustSend(t, s, phone, stranger)
+		}
+		_, err := s.SendCode(ctx, phone, stranger)
+		expectRefused(t, err, ErrTooManyCodes, 23*time.Hour, 24*time.Hour)
+		for range 3 {
+			expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+		}
+	})
 }
 
 func TestCodesPerAddress(t *testing.T) {
@@ -243,146 +290,370 @@ func TestAddrKey(t *testing.T) {
 }
 
 // One phone's keys must hash to one Cluster slot, which Redis decides by
-// the part between the first { and the next }.
+// the part between the first { and the next }: the keys of every address
+// on the phone included.
 func TestPhoneKeysShareASlot(t *testing.T) {
-	k := keysOf("13812345678")
-	for _, key := range []string{k.code, k.wait, k.sent, k.misses, k.locked} {
-		open := strings.IndexByte(key, '{')
-		end := strings.IndexByte(key[open+1:], '}')
-		if open < 0 || end <= 0 || key[open+1:open+1+end] != "13812345678" {
-			t.Errorf("key %q is not tagged {13812345678}", key)
+	for _, addr := range []string{"203.0.113.7", "2001:db8:1:2::1", "not an address"} {
+		k := keysOf("13812345678", addr)
+		for _, key := range []string{k.codes, k.wait, k.sent, k.failed, k.pair, k.trust} {
+			open := strings.IndexByte(key, '{')
+			end := strings.IndexByte(key[open+1:], '}')
+			if open < 0 || end <= 0 || key[open+1:open+1+end] != "13812345678" {
+				t.Errorf("key %q is not tagged {13812345678}", key)
+			}
 		}
 	}
 }
 
-func TestWrongGuesses(t *testing.T) {
+// TestStrangerCannotLockOwnerOut is issue 22's attack: strangers from
+// many addresses ask for the owner's codes and guess at them until every
+// limit refuses them, and the owner, from the address they logged in
+// from before, still logs in, with the code they had received before the
+// strangers came and with a new one. (Before, ten wrong guesses locked
+// the phone for 15 minutes, and a stranger's code replaced the owner's.)
+func TestStrangerCannotLockOwnerOut(t *testing.T) {
 	l := DefaultLimits
-	l.CodeInterval = 0 // resends at once
+	l.CodeInterval = 0         // the strangers ask for codes at once
+	l.CodesPerDay = 5          // and run out of them
+	l.PhoneGuessesPerHour = 10 // and of the phone's guesses
+	s, rec := newLimited(t, l)
+	ctx := context.Background()
+	phone, owner := testPhone(t, s), testAddr(t, s)
+
+	// The owner logged in from home once; now they ask for a code.
+	expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+	code := mustSend(t, s, phone, owner)
+
+	// Strangers ask for codes until the phone's day is over (the owner's
+	// first code counted: it came before the address was trusted), and
+	// after each, three addresses guess until they are refused.
+	refused := map[error]int{}
+	for range l.CodesPerDay - 1 {
+		mustSend(t, s, phone, testAddr(t, s))
+		guess := wrongCode(rec.sent(phone)...)
+		for range 3 {
+			addr := testAddr(t, s)
+			for range l.FreeGuesses + 2 {
+				err := login(s, phone, guess, addr)
+				for _, e := range []error{ErrWrongCode, ErrGuessTooSoon, ErrPhoneGuessedOut} {
+					if errors.Is(err, e) {
+						refused[e]++
+						err = nil
+					}
+				}
+				if err != nil {
+					t.Fatalf("a stranger's guess: %v", err)
+				}
+			}
+		}
+	}
+	_, err := s.SendCode(ctx, phone, testAddr(t, s))
+	expectRefused(t, err, ErrTooManyCodes, 23*time.Hour, 24*time.Hour)
+	if refused[ErrWrongCode] != l.PhoneGuessesPerHour || refused[ErrPhoneGuessedOut] == 0 || refused[ErrGuessTooSoon] == 0 {
+		t.Fatalf("the strangers' answers %v, want %d wrong, then waits and the phone's budget", refused, l.PhoneGuessesPerHour)
+	}
+
+	// The owner logs in with the code they had, and with a new one.
+	expectLogin(t, s, phone, code, owner)
+	expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+}
+
+func TestLiveCodes(t *testing.T) {
+	l := DefaultLimits
+	l.CodeInterval = 0
 	s, _ := newLimited(t, l)
 	ctx := context.Background()
 
-	t.Run("four wrong, then the right code logs in", func(t *testing.T) {
+	t.Run("a new code does not replace the earlier ones", func(t *testing.T) {
+		phone, addr := testPhone(t, s), testAddr(t, s)
+		var codes []string
+		for range 3 {
+			codes = append(codes, mustSend(t, s, phone, addr))
+		}
+		// Oldest first, but any order works; each logs in once.
+		for _, code := range codes {
+			expectLogin(t, s, phone, code, addr)
+		}
+		expectWrong(t, s, phone, codes[0], addr)
+	})
+
+	t.Run("the oldest go past the cap", func(t *testing.T) {
+		phone, addr := testPhone(t, s), testAddr(t, s)
+		var codes []string
+		for range liveCodes + 2 {
+			codes = append(codes, mustSend(t, s, phone, addr))
+		}
+		if n := s.rdb.ZCard(ctx, CodeKey(phone)).Val(); n != liveCodes {
+			t.Errorf("%d live codes, want %d", n, liveCodes)
+		}
+		newest, err := s.rdb.ZRange(ctx, CodeKey(phone), -1, -1).Result()
+		if err != nil || len(newest) != 1 || newest[0] != codes[len(codes)-1] {
+			t.Errorf("newest code in %s: %v, %v; want %s", CodeKey(phone), newest, err, codes[len(codes)-1])
+		}
+		// The free guesses of this pair are more than the two dropped.
+		expectWrong(t, s, phone, codes[0], addr)
+		expectWrong(t, s, phone, codes[1], addr)
+		expectLogin(t, s, phone, codes[liveCodes+1], addr)
+		expectLogin(t, s, phone, codes[2], addr)
+	})
+
+	t.Run("each code expires five minutes after it was sent", func(t *testing.T) {
+		phone, addr := testPhone(t, s), testAddr(t, s)
+		mustSend(t, s, phone, addr)
+		now, err := s.rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes, err := s.rdb.ZRangeWithScores(ctx, CodeKey(phone), 0, -1).Result()
+		if err != nil || len(codes) != 1 {
+			t.Fatalf("codes %v, %v", codes, err)
+		}
+		expires := time.UnixMilli(int64(codes[0].Score))
+		if d := expires.Sub(now); d <= codeTTL-time.Minute || d > codeTTL {
+			t.Errorf("the code expires in %s, want about %s", d, codeTTL)
+		}
+		if ttl := s.rdb.PTTL(ctx, CodeKey(phone)).Val(); ttl <= 0 || ttl > codeTTL {
+			t.Errorf("the codes' key lives %s, want at most %s", ttl, codeTTL)
+		}
+	})
+}
+
+// guessLimits are limits whose only one that matters is what the test
+// sets: the others are out of reach.
+func guessLimits() Limits {
+	l := DefaultLimits
+	l.CodeInterval = 0
+	l.CodesPerDay = 0
+	l.CodesPerAddrPerMin = 0
+	l.FreeGuesses = 1000
+	l.FreeGuessesPerAddr = 100_000
+	l.PhoneGuessesPerHour = 100
+	return l
+}
+
+func TestPairDelays(t *testing.T) {
+	l := guessLimits()
+	l.FreeGuesses = 2
+	// Long enough that each refusal comes within it on a loaded machine.
+	l.MaxGuessDelay = 2 * time.Second
+	s, _ := newLimited(t, l)
+	ctx := context.Background()
+
+	t.Run("free guesses, then waits that double up to the longest", func(t *testing.T) {
 		phone, addr := testPhone(t, s), testAddr(t, s)
 		code := mustSend(t, s, phone, addr)
-		for range l.GuessesPerCode - 1 {
-			expectWrong(t, s, phone, wrongCode(code))
+		guess := wrongCode(code)
+		for range l.FreeGuesses {
+			expectWrong(t, s, phone, guess, addr)
 		}
-		if _, _, err := s.Login(ctx, phone, code); err != nil {
-			t.Fatalf("right code after %d wrong guesses: %v", l.GuessesPerCode-1, err)
+		expectWrong(t, s, phone, guess, addr) // the first past the free ones: 1 s
+		err := login(s, phone, guess, addr)
+		expectRefused(t, err, ErrGuessTooSoon, 0, time.Second)
+		// The wait is for every attempt of the pair, the right code's too:
+		// else the waits would only slow down a guesser who could go on
+		// guessing and be told when they won.
+		err = login(s, phone, code, addr)
+		expectRefused(t, err, ErrGuessTooSoon, 0, time.Second)
+		// Only the guessing address waits: another one guesses on.
+		expectWrong(t, s, phone, guess, testAddr(t, s))
+
+		time.Sleep(time.Second + 100*time.Millisecond)
+		expectWrong(t, s, phone, guess, addr) // 2 s
+		err = login(s, phone, guess, addr)
+		expectRefused(t, err, ErrGuessTooSoon, time.Second, 2*time.Second)
+		time.Sleep(2*time.Second + 100*time.Millisecond)
+		expectWrong(t, s, phone, guess, addr) // 4 s, but at most 2 s
+		err = login(s, phone, guess, addr)
+		expectRefused(t, err, ErrGuessTooSoon, time.Second, 2*time.Second)
+	})
+
+	t.Run("a login clears the pair's count", func(t *testing.T) {
+		phone, addr := testPhone(t, s), testAddr(t, s)
+		code := mustSend(t, s, phone, addr)
+		guess := wrongCode(code)
+		for range l.FreeGuesses {
+			expectWrong(t, s, phone, guess, addr)
+		}
+		expectLogin(t, s, phone, code, addr)
+		code = mustSend(t, s, phone, addr)
+		for range l.FreeGuesses + 1 {
+			expectWrong(t, s, phone, wrongCode(code), addr)
+		}
+		_, err := s.SendCode(ctx, phone, addr) // asking for codes is not guessing
+		if err != nil {
+			t.Errorf("a code while the pair waits: %v", err)
 		}
 	})
 
-	t.Run("five wrong burn the code", func(t *testing.T) {
+	t.Run("guesses at once from one address: the free ones and one more", func(t *testing.T) {
 		phone, addr := testPhone(t, s), testAddr(t, s)
-		code := mustSend(t, s, phone, addr)
-		for range l.GuessesPerCode {
-			expectWrong(t, s, phone, wrongCode(code))
-		}
-		expectWrong(t, s, phone, code)
-		// A new code works: burning a code is not a lock.
-		if _, _, err := s.Login(ctx, phone, mustSend(t, s, phone, addr)); err != nil {
-			t.Errorf("new code after a burnt one: %v", err)
+		guess := wrongCode(mustSend(t, s, phone, addr))
+		got := together(20, func() error { return login(s, phone, guess, addr) })
+		if got[ErrWrongCode] != l.FreeGuesses+1 || got[ErrGuessTooSoon] != 20-l.FreeGuesses-1 {
+			t.Errorf("answers %v, want %d wrong, the rest told to wait", got, l.FreeGuesses+1)
 		}
 	})
+}
 
-	// Resends replace the code and its count of tries, not the phone's
-	// wrong guesses of the day: 4 wrong, resend, 5 wrong (burnt), resend,
-	// 1 wrong makes 10, and the phone is locked.
-	t.Run("guesses survive resends", func(t *testing.T) {
-		phone, addr := testPhone(t, s), testAddr(t, s)
-		for _, wrong := range []int{4, 5, 1} {
-			code := mustSend(t, s, phone, addr)
-			for range wrong {
-				expectWrong(t, s, phone, wrongCode(code))
-			}
+func TestAddrDelays(t *testing.T) {
+	l := guessLimits()
+	l.FreeGuessesPerAddr = 3
+	l.MaxAddrDelay = 2 * time.Second
+	s, _ := newLimited(t, l)
+
+	t.Run("free guesses over all phones, then waits", func(t *testing.T) {
+		addr := testAddr(t, s)
+		for range l.FreeGuessesPerAddr + 1 { // the last waits 1 s
+			expectWrong(t, s, testPhone(t, s), "000000", addr)
 		}
-		// The third code was burnt by the lock; the phone gets no new
-		// code, and no code logs it in.
-		_, err := s.SendCode(ctx, phone, addr)
-		expectRefused(t, err, ErrPhoneLocked, 14*time.Minute, 15*time.Minute)
-		_, _, err = s.Login(ctx, phone, "000000")
-		expectRefused(t, err, ErrPhoneLocked, 14*time.Minute, 15*time.Minute)
+		phone := testPhone(t, s)
+		code := mustSend(t, s, phone, addr)
+		err := login(s, phone, code, addr)
+		expectRefused(t, err, ErrAddrGuessTooSoon, 0, time.Second)
+		// Another address is not slowed down.
+		expectLogin(t, s, phone, code, testAddr(t, s))
+		time.Sleep(time.Second + 100*time.Millisecond)
+		expectWrong(t, s, testPhone(t, s), "000000", addr) // 2 s
+		err = login(s, testPhone(t, s), "000000", addr)
+		expectRefused(t, err, ErrAddrGuessTooSoon, time.Second, 2*time.Second)
 	})
 
-	t.Run("the daily lock refuses even the right code", func(t *testing.T) {
-		l := l
-		l.GuessesPerCode = 100 // one code, so the right one is still stored
-		s, _ := newLimited(t, l)
-		phone, addr := testPhone(t, s), testAddr(t, s)
-		code := mustSend(t, s, phone, addr)
-		for range l.GuessesPerDay - 1 {
-			expectWrong(t, s, phone, wrongCode(code))
+	// Logins are not wrong guesses; but a login does not clear the
+	// address's count either, or a guesser would log in to a phone of
+	// their own between rounds.
+	t.Run("logins are not counted, and do not clear the count", func(t *testing.T) {
+		addr := testAddr(t, s)
+		for range l.FreeGuessesPerAddr + 2 {
+			phone := testPhone(t, s)
+			expectLogin(t, s, phone, mustSend(t, s, phone, addr), addr)
 		}
-		// The tenth wrong guess is answered as wrong; it locks the phone.
-		expectWrong(t, s, phone, wrongCode(code))
-		_, _, err := s.Login(ctx, phone, code)
-		expectRefused(t, err, ErrPhoneLocked, 14*time.Minute, 15*time.Minute)
+		for range l.FreeGuessesPerAddr - 1 {
+			expectWrong(t, s, testPhone(t, s), "000000", addr)
+		}
+		own := testPhone(t, s)
+		expectLogin(t, s, own, mustSend(t, s, own, addr), addr)
+		expectWrong(t, s, testPhone(t, s), "000000", addr) // the last free one
+		expectWrong(t, s, testPhone(t, s), "000000", addr) // the first to wait
+		err := login(s, testPhone(t, s), "000000", addr)
+		expectRefused(t, err, ErrAddrGuessTooSoon, 0, time.Second)
 	})
 
-	t.Run("wrong guesses at once are all counted", func(t *testing.T) {
-		l := l
-		l.GuessesPerCode = 100
-		s, _ := newLimited(t, l)
-		phone, addr := testPhone(t, s), testAddr(t, s)
-		code := mustSend(t, s, phone, addr)
-		const n = 30
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		answers := map[string]int{}
-		for range n {
-			wg.Go(func() {
-				<-start
-				_, _, err := s.Login(ctx, phone, wrongCode(code))
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case errors.Is(err, ErrWrongCode):
-					answers["wrong"]++
-				case errors.Is(err, ErrPhoneLocked):
-					answers["locked"]++
-				default:
-					answers[fmt.Sprint(err)]++
+	t.Run("guesses at once over many phones: the free ones and one more", func(t *testing.T) {
+		addr := testAddr(t, s)
+		phones := make(chan string, 20)
+		for range 20 {
+			phones <- testPhone(t, s)
+		}
+		got := together(20, func() error { return login(s, <-phones, "000000", addr) })
+		if got[ErrWrongCode] != l.FreeGuessesPerAddr+1 || got[ErrAddrGuessTooSoon] != 20-l.FreeGuessesPerAddr-1 {
+			t.Errorf("answers %v, want %d wrong, the rest told to wait", got, l.FreeGuessesPerAddr+1)
+		}
+	})
+}
+
+func TestPhoneGuessesPerHour(t *testing.T) {
+	l := guessLimits()
+	l.PhoneGuessesPerHour = 5
+	s, _ := newLimited(t, l)
+
+	t.Run("strangers are refused for the hour; the owner is not", func(t *testing.T) {
+		phone, owner := testPhone(t, s), testAddr(t, s)
+		expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+		code := mustSend(t, s, phone, owner)
+		guess := wrongCode(code)
+		// The owner's own typos are not the phone's budget.
+		for range 2 {
+			expectWrong(t, s, phone, guess, owner)
+		}
+		for range l.PhoneGuessesPerHour {
+			expectWrong(t, s, phone, guess, testAddr(t, s))
+		}
+		stranger := testAddr(t, s)
+		err := login(s, phone, guess, stranger)
+		expectRefused(t, err, ErrPhoneGuessedOut, 59*time.Minute, time.Hour)
+		// An address the phone never logged in from waits for the hour,
+		// even with the right code: that is what the budget costs.
+		err = login(s, phone, code, stranger)
+		expectRefused(t, err, ErrPhoneGuessedOut, 59*time.Minute, time.Hour)
+		expectWrong(t, s, phone, guess, owner)
+		expectLogin(t, s, phone, code, owner)
+	})
+
+	t.Run("guesses at once from many addresses: exactly the budget", func(t *testing.T) {
+		phone := testPhone(t, s)
+		addrs := make(chan string, 30)
+		for range 30 {
+			addrs <- testAddr(t, s)
+		}
+		got := together(30, func() error { return login(s, phone, "000000", <-addrs) })
+		if got[ErrWrongCode] != l.PhoneGuessesPerHour || got[ErrPhoneGuessedOut] != 30-l.PhoneGuessesPerHour {
+			t.Errorf("answers %v, want %d wrong and the rest refused", got, l.PhoneGuessesPerHour)
+		}
+	})
+}
+
+// Many wrong guesses everywhere take the free guesses away, but for
+// trusted pairs. The count is shared with every test on this Redis, so
+// the test fills it itself and asserts only what follows.
+func TestAttack(t *testing.T) {
+	l := guessLimits()
+	l.FreeGuesses = 3
+	l.FreeGuessesPerAddr = 3
+	l.AttackGuessesPerMin = 5
+	s, _ := newLimited(t, l)
+	phone, owner := testPhone(t, s), testAddr(t, s)
+	expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+	for range l.AttackGuessesPerMin {
+		expectWrong(t, s, testPhone(t, s), "000000", testAddr(t, s))
+	}
+
+	// A stranger waits from the first wrong guess, at its address ...
+	stranger := testAddr(t, s)
+	expectWrong(t, s, phone, "000000", stranger)
+	err := login(s, phone, "000000", stranger)
+	expectRefused(t, err, ErrAddrGuessTooSoon, 0, time.Second)
+	// ... and at the pair.
+	ctx := context.Background()
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until, err := s.rdb.HGet(ctx, keysOf(phone, stranger).pair, "until").Int64(); err != nil || until <= now.UnixMilli() {
+		t.Errorf("the pair's wait after its first wrong guess ends at %d, %v; want after %d", until, err, now.UnixMilli())
+	}
+	// The owner keeps their free guesses.
+	code := mustSend(t, s, phone, owner)
+	for range l.FreeGuesses {
+		expectWrong(t, s, phone, wrongCode(code), owner)
+	}
+	expectLogin(t, s, phone, code, owner)
+}
+
+// together runs f n times at once and counts its answers by sentinel.
+func together(n int, f func() error) map[error]int {
+	sentinels := []error{ErrWrongCode, ErrGuessTooSoon, ErrAddrGuessTooSoon, ErrPhoneGuessedOut}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[error]int{}
+	for range n {
+		wg.Go(func() {
+			<-start
+			err := f()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, s := range sentinels {
+				if errors.Is(err, s) {
+					got[s]++
+					return
 				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		// Exactly GuessesPerDay guesses reach the code; the rest meet the
-		// lock the last of them set.
-		if answers["wrong"] != l.GuessesPerDay || answers["locked"] != n-l.GuessesPerDay {
-			t.Errorf("answers %v, want %d wrong and %d locked", answers, l.GuessesPerDay, n-l.GuessesPerDay)
-		}
-		_, _, err := s.Login(ctx, phone, code)
-		expectRefused(t, err, ErrPhoneLocked, 14*time.Minute, 15*time.Minute)
-	})
-
-	// After the lock, the day's count stays: each further wrong guess
-	// that day locks the phone again, and the right code still logs in.
-	t.Run("after the lock", func(t *testing.T) {
-		l := l
-		// Long enough that the refusals come within it on a loaded machine.
-		l.LockFor = 2 * time.Second
-		s, _ := newLimited(t, l)
-		phone, addr := testPhone(t, s), testAddr(t, s)
-		for range l.GuessesPerDay / l.GuessesPerCode { // two codes, five wrong each
-			code := mustSend(t, s, phone, addr)
-			for range l.GuessesPerCode {
-				expectWrong(t, s, phone, wrongCode(code))
 			}
-		}
-		_, err := s.SendCode(ctx, phone, addr)
-		expectRefused(t, err, ErrPhoneLocked, 0, l.LockFor)
-		time.Sleep(l.LockFor + 100*time.Millisecond)
-		code := mustSend(t, s, phone, addr)
-		expectWrong(t, s, phone, wrongCode(code))
-		_, _, err = s.Login(ctx, phone, code)
-		expectRefused(t, err, ErrPhoneLocked, 0, l.LockFor)
-		time.Sleep(l.LockFor + 100*time.Millisecond)
-		if _, _, err := s.Login(ctx, phone, mustSend(t, s, phone, addr)); err != nil {
-			t.Errorf("right code once the lock ended: %v", err)
-		}
-	})
+			got[err]++
+		})
+	}
+	close(start)
+	wg.Wait()
+	return got
 }
 
 func TestSenders(t *testing.T) {
@@ -409,5 +680,39 @@ func TestSenders(t *testing.T) {
 				t.Errorf("the log should hold the phone masked, 138****5678:\n%s", out)
 			}
 		})
+	}
+}
+
+// On Redis Cluster each script's keys must be in one slot (else the
+// script fails with CROSSSLOT): a phone's keys share its hash tag, and an
+// address's keys and the global count have scripts of their own. This
+// drives every script there, on a cluster of its own.
+func TestLimitsOnCluster(t *testing.T) {
+	rdb := testenv.StartCluster(t).Client(t)
+	db := testenv.Open(t, testenv.MySQLDSN(t))
+	tokens := NewTokens([]byte("limits-test-key-0123456789abcdef"), time.Hour, time.Now)
+	l := guessLimits()
+	l.FreeGuesses = 1
+	l.FreeGuessesPerAddr = 1
+	l.PhoneGuessesPerHour = 2
+	l.CodesPerDay = 2
+	l.CodesPerAddrPerMin = 10
+	s := NewService(db, rdb, tokens, nil, &recorder{}, l)
+	ctx := context.Background()
+	phone, owner := "13700000001", "203.0.113.1"
+
+	expectLogin(t, s, phone, mustSend(t, s, phone, owner), owner)
+	code := mustSend(t, s, phone, owner)
+	guess := wrongCode(code)
+	expectWrong(t, s, phone, guess, "203.0.113.2")
+	expectWrong(t, s, phone, guess, "203.0.113.2") // the pair and the address wait
+	err := login(s, phone, guess, "203.0.113.2")
+	expectRefused(t, err, ErrAddrGuessTooSoon, 0, time.Second)
+	err = login(s, phone, guess, "203.0.113.3") // the phone's budget is spent
+	expectRefused(t, err, ErrPhoneGuessedOut, 59*time.Minute, time.Hour)
+	expectWrong(t, s, phone, guess, owner)
+	expectLogin(t, s, phone, code, owner)
+	if n, err := rdb.Get(ctx, failedKey).Int(); err != nil || n < 3 {
+		t.Errorf("wrong guesses of the minute: %d, %v; want 3 or more", n, err)
 	}
 }

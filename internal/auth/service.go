@@ -53,10 +53,11 @@ func NewService(db *gorm.DB, rdb redis.UniversalClient, tokens *Tokens, admins [
 	return &Service{db: db, rdb: rdb, tokens: tokens, admins: set, sender: sender, limits: limits}
 }
 
-// SendCode makes a new code for phone, replacing any earlier one, sends it
-// and returns it (the handler shows it only in dev mode). addr is the
-// client's address, for the per-address limit. Over a limit it answers a
-// busy error with a Retry-After hint (apperr.RetryAfterOf).
+// SendCode makes a new code for phone, sends it and returns it (the
+// handler shows it only in dev mode). The phone's earlier codes stay
+// valid until they expire. addr is the client's address, for the
+// per-address limit and the phone's trust in it. Over a limit it answers
+// a busy error with a Retry-After hint (apperr.RetryAfterOf).
 func (s *Service) SendCode(ctx context.Context, phone, addr string) (string, error) {
 	if !phoneRE.MatchString(phone) {
 		return "", errBadPhone
@@ -71,7 +72,7 @@ func (s *Service) SendCode(ctx context.Context, phone, addr string) (string, err
 		return "", fmt.Errorf("make login code: %w", err)
 	}
 	code := fmt.Sprintf("%06d", n.Int64())
-	if err := s.storeCode(ctx, phone, code); err != nil {
+	if err := s.storeCode(ctx, phone, addr, code); err != nil {
 		return "", err
 	}
 	// A send that fails still counted towards the phone's limits: a
@@ -84,15 +85,18 @@ func (s *Service) SendCode(ctx context.Context, phone, addr string) (string, err
 }
 
 // Login checks phone's code, creates the user on first login, and returns
-// a token with the user.
-func (s *Service) Login(ctx context.Context, phone, code string) (string, User, error) {
+// a token with the user. addr is the client's address: wrong guesses are
+// counted per phone and address, per address, and per phone from
+// addresses it never logged in from (see Limits). Over a limit it answers
+// a busy error with a Retry-After hint.
+func (s *Service) Login(ctx context.Context, phone, code, addr string) (string, User, error) {
 	if !phoneRE.MatchString(phone) {
 		return "", User{}, errBadPhone
 	}
 	if !codeRE.MatchString(code) {
 		return "", User{}, errBadCode
 	}
-	if err := s.checkCode(ctx, phone, code); err != nil {
+	if err := s.checkCode(ctx, phone, code, addr); err != nil {
 		return "", User{}, err
 	}
 	u, err := s.user(ctx, phone)

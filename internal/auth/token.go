@@ -3,12 +3,12 @@
 //
 // The flow: POST /auth/code stores a random 6-digit code in Redis for five
 // minutes and hands it to a Sender (an SMS gateway's place); POST
-// /auth/login checks it (once: a used code is deleted, and five wrong
-// guesses burn it), creates the user on first login, and returns an HS256
-// JWT whose sub is the user ID and whose role is user or admin. Limits
-// (limits.go) bound the codes sent per phone and per client address and
-// the wrong guesses per phone across codes, so that neither the SMS bill
-// nor a guesser's chances grow without end.
+// /auth/login checks it (once: a used code is deleted), creates the user
+// on first login, and returns an HS256 JWT whose sub is the user ID and
+// whose role is user or admin. Limits (limits.go) bound the codes sent per
+// phone and per client address, and make a client address that guesses
+// wrong wait, so that neither the SMS bill nor a guesser's chances grow
+// without end, and no stranger can lock the phone's owner out.
 // Verifying a token needs no database or Redis: the HMAC proves that this
 // server signed it, and exp bounds how long a stolen token is worth anything.
 package auth

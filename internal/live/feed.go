@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -17,12 +18,21 @@ import (
 // page is answered 429 busy and tries again a little later.
 const MaxStreams = 1000
 
+// MaxStreamsPerClient bounds the streams of one client address: a viewer
+// with a few tabs open, not one client taking all MaxStreams and telling
+// every other viewer 429.
+const MaxStreamsPerClient = 8
+
 // streamsRetry is the Retry-After of a stream refused by MaxStreams: a
 // stream lasts minutes, so a slot frees slowly.
 const streamsRetry = 10 * time.Second
 
-// ErrTooManyStreams refuses a stream beyond MaxStreams.
-var ErrTooManyStreams = apperr.New(apperr.Busy, "this server shows as many live pages as it may; try again after Retry-After seconds")
+var (
+	// ErrTooManyStreams refuses a stream beyond MaxStreams.
+	ErrTooManyStreams = apperr.New(apperr.Busy, "this server shows as many live pages as it may; try again after Retry-After seconds")
+	// ErrTooManyYours refuses a stream beyond MaxStreamsPerClient.
+	ErrTooManyYours = apperr.New(apperr.Busy, "too many live pages open from your address; close one, or try again after Retry-After seconds")
+)
 
 // feeds reads each voucher's figures once a second, whatever the number
 // of its streams, and hands every stream the same event. A stream per
@@ -31,14 +41,16 @@ var ErrTooManyStreams = apperr.New(apperr.Busy, "this server shows as many live 
 // second. A voucher's reader starts with its first stream and stops when
 // its last leaves.
 type feeds struct {
-	read func(ctx context.Context, voucherID int64) (Figures, error)
-	log  *slog.Logger
-	max  int // streams at once; MaxStreams but in tests
+	read      func(ctx context.Context, voucherID int64) (Figures, error)
+	log       *slog.Logger
+	max       int // streams at once; MaxStreams but in tests
+	perClient int // streams of one client at once; MaxStreamsPerClient but in tests
 
-	mu   sync.Mutex
-	open int // streams
-	byID map[int64]*feed
-	wg   sync.WaitGroup // the readers
+	mu       sync.Mutex
+	open     int            // streams
+	byClient map[string]int // streams by client address (web.AddrKey)
+	byID     map[int64]*feed
+	wg       sync.WaitGroup // the readers
 }
 
 // feed is one voucher's reader and its streams.
@@ -49,20 +61,24 @@ type feed struct {
 }
 
 func newFeeds(read func(context.Context, int64) (Figures, error), log *slog.Logger) *feeds {
-	return &feeds{read: read, log: log, max: MaxStreams, byID: map[int64]*feed{}}
+	return &feeds{read: read, log: log, max: MaxStreams, perClient: MaxStreamsPerClient, byClient: map[string]int{}, byID: map[int64]*feed{}}
 }
 
 // join opens a stream of voucherID's events: the last one at once if its
 // reader has one, then each new one. A stream that falls behind gets the
 // newest event, not a queue of old ones. leave closes the stream; it must
 // be called, once.
-func (fs *feeds) join(voucherID int64) (events <-chan []byte, leave func(), err error) {
+func (fs *feeds) join(voucherID int64, client string) (events <-chan []byte, leave func(), err error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.byClient[client] >= fs.perClient {
+		return nil, nil, apperr.RetryAfter(ErrTooManyYours, streamsRetry)
+	}
 	if fs.open >= fs.max {
 		return nil, nil, apperr.RetryAfter(ErrTooManyStreams, streamsRetry)
 	}
 	fs.open++
+	fs.byClient[client]++
 	f := fs.byID[voucherID]
 	if f == nil {
 		ctx, stop := context.WithCancel(context.Background())
@@ -79,6 +95,9 @@ func (fs *feeds) join(voucherID int64) (events <-chan []byte, leave func(), err 
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
 		fs.open--
+		if fs.byClient[client]--; fs.byClient[client] <= 0 {
+			delete(fs.byClient, client)
+		}
 		delete(f.streams, ch)
 		if len(f.streams) == 0 {
 			f.stop()
@@ -91,9 +110,14 @@ func (fs *feeds) join(voucherID int64) (events <-chan []byte, leave func(), err 
 // run reads voucherID's figures now, then just after each second begins
 // (when every instance has added the last second's answers), and hands
 // them to f's streams, until ctx ends.
+//
+// Once the sale has ended, its figures change no more (but for the
+// returns of cancelled orders, which a new page load shows): the reader
+// hands out a last event that tells the streams to end, and stops. A page
+// left open on a finished sale costs no reads.
 func (fs *feeds) run(ctx context.Context, voucherID int64, f *feed) {
 	for {
-		event := fs.event(ctx, voucherID)
+		event, ended := fs.event(ctx, voucherID)
 		if ctx.Err() != nil {
 			return
 		}
@@ -103,6 +127,9 @@ func (fs *feeds) run(ctx context.Context, voucherID int64, f *feed) {
 			offer(ch, event)
 		}
 		fs.mu.Unlock()
+		if ended {
+			return
+		}
 		now := time.Now()
 		wait := now.Truncate(time.Second).Add(time.Second + 300*time.Millisecond).Sub(now)
 		select {
@@ -122,9 +149,15 @@ func offer(ch chan []byte, event []byte) {
 	ch <- event // the reader alone sends, under feeds.mu: there is room
 }
 
+// endedEvent follows the last figures of a sale that has ended: the
+// stream closes after it, and the page stops its EventSource, which would
+// otherwise open a new stream a second later.
+const endedEvent = "event: ended\ndata: {}\n\n"
+
 // event reads the figures, as an event: figures, or trouble, which the
-// page shows while the stream goes on.
-func (fs *feeds) event(ctx context.Context, voucherID int64) []byte {
+// page shows while the stream goes on. ended: the sale is over, and the
+// event is its last (endedEvent follows the figures).
+func (fs *feeds) event(ctx context.Context, voucherID int64) (event []byte, ended bool) {
 	rctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 	f, err := fs.read(rctx, voucherID)
 	cancel()
@@ -133,8 +166,15 @@ func (fs *feeds) event(ctx context.Context, voucherID int64) []byte {
 			fs.log.WarnContext(ctx, "live: read the sale", "voucher", voucherID, "err", err)
 		}
 		// The cause stays in the log: the page is public.
-		return []byte("event: trouble\ndata: {\"message\": \"cannot read the sale now: MySQL or Redis did not answer\"}\n\n")
+		return []byte("event: trouble\ndata: {\"message\": \"cannot read the sale now: MySQL or Redis did not answer\"}\n\n"), false
 	}
 	data, _ := json.Marshal(f)
-	return append(append([]byte("event: figures\ndata: "), data...), "\n\n"...)
+	event = append(append([]byte("event: figures\ndata: "), data...), "\n\n"...)
+	if f.Ended {
+		event = append(event, endedEvent...)
+	}
+	return event, f.Ended
 }
+
+// last reports whether event is the last of its stream.
+func last(event []byte) bool { return bytes.HasSuffix(event, []byte(endedEvent)) }

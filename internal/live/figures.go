@@ -20,7 +20,8 @@ type Figures struct {
 	At      time.Time `json:"at"`
 	Voucher string    `json:"voucher"`
 	Title   string    `json:"title"`
-	Open    bool      `json:"open"` // the sale window holds
+	Open    bool      `json:"open"`  // the sale window holds
+	Ended   bool      `json:"ended"` // the sale window has passed: these are its last figures
 	Initial int64     `json:"initial"`
 	// RedisLeft is the units Redis will still sell (nil: its keys are
 	// missing, until the next request reloads them).
@@ -73,7 +74,7 @@ func (s *Source) Read(ctx context.Context, voucherID int64) (Figures, error) {
 		return Figures{}, err
 	}
 	now := s.now()
-	f := Figures{At: now.UTC(), Voucher: strconv.FormatInt(voucherID, 10), Title: v.Title, Open: v.Open(now) == nil, Initial: v.InitialStock}
+	f := Figures{At: now.UTC(), Voucher: strconv.FormatInt(voucherID, 10), Title: v.Title, Open: v.Open(now) == nil, Ended: !now.Before(v.EndTime), Initial: v.InitialStock}
 
 	// One statement, so one snapshot: the stock and the orders as of the
 	// same moment, whatever commits meanwhile. 'created' is an unpaid

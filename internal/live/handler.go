@@ -22,13 +22,14 @@ var page []byte
 
 // pageCSP allows the page its own inline script (by its hash) and its own
 // origin, nothing else: no script from a CDN could run even if one were
-// added by mistake.
+// added by mistake. It replaces web.Harden's policy, so it says
+// frame-ancestors 'none' again.
 var pageCSP = func() string {
 	s := string(page)
 	start := strings.Index(s, "<script>") + len("<script>")
 	end := strings.Index(s, "</script>")
 	sum := sha256.Sum256([]byte(s[start:end]))
-	return "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-" +
+	return "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; script-src 'sha256-" +
 		base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }()
 
@@ -95,7 +96,7 @@ func (h *Handler) Events(c *gin.Context) {
 		web.Error(c, h.log, err)
 		return
 	}
-	events, leave, err := h.feeds.join(id)
+	events, leave, err := h.feeds.join(id, web.AddrKey(c.ClientIP()))
 	if err != nil {
 		web.Error(c, h.log, err)
 		return
@@ -116,8 +117,8 @@ func (h *Handler) Events(c *gin.Context) {
 	for {
 		select {
 		case event := <-events:
-			if send(rc, c.Writer, event) != nil {
-				return // the client left
+			if send(rc, c.Writer, event) != nil || last(event) {
+				return // the client left, or the sale ended
 			}
 		case <-ctx.Done():
 			return

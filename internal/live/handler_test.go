@@ -220,3 +220,108 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// One client address may hold MaxStreamsPerClient streams, not every
+// stream of the instance: the next viewer from elsewhere is let in.
+func TestEventsCapPerClient(t *testing.T) {
+	ls := newLiveServer(t, 100)
+	ls.h.feeds.perClient = 2
+	events := ls.url + "/live/" + ls.voucher + "/events"
+	from := func(addr string) (*stream, *http.Response) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, events, nil)
+		// The test's engine trusts every proxy (gin's default), so this
+		// names the client.
+		req.Header.Set("X-Forwarded-For", addr)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			return nil, resp
+		}
+		return &stream{}, resp
+	}
+	for range 2 {
+		if s, resp := from("198.51.100.1"); s == nil {
+			t.Fatalf("stream within the client's cap: %d", resp.StatusCode)
+		}
+	}
+	s, resp := from("198.51.100.1")
+	if s != nil {
+		t.Fatal("a third stream from a client capped at 2 was let in")
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), ErrTooManyYours.Message) {
+		t.Errorf("over the client's cap: %d %s, want 429 %q", resp.StatusCode, body, ErrTooManyYours.Message)
+	}
+	if s, resp := from("203.0.113.5"); s == nil {
+		t.Fatalf("another client while the first is at its cap: %d, want 200", resp.StatusCode)
+	}
+}
+
+// A sale that ends while its page is open sends its last figures, marked
+// ended, and the stream closes; its reader stops with it. A page opened
+// on a sale that has ended gets one event and costs one read, not a
+// reader.
+func TestEventsEndWithTheSale(t *testing.T) {
+	ls := newLiveServer(t, 100)
+	title, n := "Ends soon", int64(3)
+	begin, end := time.Now().Add(-time.Minute), time.Now().Add(2*time.Second)
+	v, err := ls.h.src.vouchers.Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &n, BeginTime: &begin, EndTime: &end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := ls.url + "/live/" + v.ID + "/events"
+	s, resp := openStream(t, events)
+	if s == nil {
+		t.Fatalf("stream refused: %d", resp.StatusCode)
+	}
+	if f := s.next(t); f.Ended {
+		t.Fatalf("figures before the end say ended: %+v", f)
+	}
+	ended := false
+	deadline := time.After(15 * time.Second)
+	for !ended {
+		select {
+		case f, ok := <-s.events:
+			if !ok {
+				t.Fatal("the stream closed before its ended figures")
+			}
+			ended = f.Ended
+		case <-deadline:
+			t.Fatal("no ended figures 13 s after the sale's end")
+		}
+	}
+	select {
+	case _, ok := <-s.events:
+		for ok {
+			_, ok = <-s.events // the ended marker's empty data, then the close
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream stays open after the sale ended")
+	}
+	stopped := make(chan struct{})
+	go func() { ls.h.feeds.wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader goes on after the sale ended")
+	}
+
+	before := ls.reads.Load()
+	s, resp = openStream(t, events)
+	if s == nil {
+		t.Fatalf("stream of an ended sale refused: %d", resp.StatusCode)
+	}
+	if f := s.next(t); !f.Ended || f.Initial != 3 {
+		t.Fatalf("an ended sale's stream: %+v, want its figures, ended", f)
+	}
+	waitFor(t, "the ended sale's stream to close", func() bool { return streamsOpen(ls.h) == 0 })
+	if reads := ls.reads.Load() - before; reads != 1 {
+		t.Errorf("opening an ended sale's page read its figures %d times, want 1", reads)
+	}
+}

@@ -38,7 +38,7 @@ type shapes struct {
 }
 
 // FuzzBindJSON sends any body through the middleware every route has
-// (Recover, LimitBody) to a handler that binds it. BindJSON must never
+// (Recover, ReadBody) to a handler that binds it. BindJSON must never
 // panic nor answer 5xx; it takes a body exactly when encoding/json takes
 // it as one value of the shape (nothing before or after it), and refuses
 // every other one with 400 invalid_argument in the contract's envelope.
@@ -70,7 +70,7 @@ func FuzzBindJSON(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var bound shapes
 	r := gin.New()
-	r.Use(Recover(log), LimitBody())
+	r.Use(Recover(log), ReadBody(BodyTimeout))
 	r.POST("/", func(c *gin.Context) {
 		bound = shapes{}
 		if !BindJSON(c, &bound) {

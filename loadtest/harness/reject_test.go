@@ -72,7 +72,7 @@ func BenchmarkHMACFloor(b *testing.B) {
 // BenchmarkRejectChain runs one POST /seckill/7 through a gin engine into a
 // handler that rejects at once, as both programs do after their one Redis
 // call: "yardstick" is the yardstick's engine (no middleware, gin.H
-// error), "server" has the server's middleware (Recover, LimitBody,
+// error), "server" has the server's middleware (Recover, ReadBody,
 // Authenticate), path parsing and error envelope. The difference is what
 // the server's reject path costs beyond one EVALSHA.
 func BenchmarkRejectChain(b *testing.B) {
@@ -89,7 +89,7 @@ func BenchmarkRejectChain(b *testing.B) {
 
 	srv := gin.New()
 	srv.HandleMethodNotAllowed = true
-	srv.Use(web.Recover(log), web.LimitBody())
+	srv.Use(web.Recover(log), web.ReadBody(web.BodyTimeout))
 	fail := func(c *gin.Context, err error) { web.Error(c, log, err) }
 	srv.POST("/seckill/:voucherId", tokens.Authenticate(fail), func(c *gin.Context) {
 		if _, ok := web.ID(c, "voucherId"); !ok {
