@@ -92,8 +92,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	// No payment provider ships with the project. A real one's client
 	// plugs in here, as a payment.Provider; the fake one confirms every
 	// charge through the webhook, so it is for the demo and tests only.
-	if cfg.PaymentFake {
-		log.Warn("PAYMENT_FAKE: POST /orders/{id}/pay is confirmed by a fake payment provider, with no money taken; never in production")
+	if cfg.PaymentFake { // run warns of it, with the other development settings
 		a.payments = payment.NewFake(cfg.PaymentSecret, log)
 		ocfg.Provider = a.payments
 	}

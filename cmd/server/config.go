@@ -145,6 +145,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 }
 
 const (
+	// readTimeout is the server's bound on reading a request (run.go).
+	readTimeout = 10 * time.Second
 	// minJWTSecret is the shortest JWT_SECRET accepted outside the demo.
 	minJWTSecret = 32
 	// returnedWithin is the contract's bound on how long stock taken by a
@@ -159,8 +161,10 @@ const (
 func httpVars(c *config, v *vars) {
 	c.HTTPAddr = v.str("HTTP_ADDR", ":8080")
 	c.BodyTimeout = v.dur("HTTP_BODY_TIMEOUT", web.BodyTimeout)
-	if b := c.BodyTimeout; b > 0 && (b < 100*time.Millisecond || b > time.Minute) {
-		v.errorf("HTTP_BODY_TIMEOUT must be from 100ms to 1m (it is %s): a body that has not arrived by then is refused", b)
+	// At most the server's ReadTimeout (run.go), which ReadBody's deadline
+	// replaces while it reads.
+	if b := c.BodyTimeout; b > 0 && (b < 100*time.Millisecond || b > readTimeout) {
+		v.errorf("HTTP_BODY_TIMEOUT must be from 100ms to %s (it is %s): a body that has not arrived by then is refused", readTimeout, b)
 	}
 	c.Tracing = tracing.Config{Endpoint: v.str("OTEL_EXPORTER_OTLP_ENDPOINT", ""), Service: v.str("OTEL_SERVICE_NAME", "seckill")}
 	if c.Tracing.Endpoint != "" {

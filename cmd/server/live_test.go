@@ -201,15 +201,36 @@ func holdRequest(t *testing.T, base string) (release func()) {
 // holdSlot holds one of the instance's MAX_IN_FLIGHT slots: a buy (sync
 // mode) of a voucher of its own whose row is locked, so that the request,
 // its body read, waits in its handler until release, or its write deadline
-// (STOCK_HOLD/3). It returns at once: the caller waits until the slot shows
-// taken.
+// (STOCK_HOLD/3). It returns once /readyz (outside the cap) counts the
+// request in flight.
 func holdSlot(t *testing.T, st stack, base, admin string) (release func()) {
 	t.Helper()
 	vid := openVoucher(t, base, admin, 5)
 	buyer, _ := mustLogin(t, base, fmt.Sprintf("137%08d", testenv.ID()%100_000_000))
 	unlock := holdVoucherRow(t, st.DSN, vid)
 	done := make(chan struct{})
-	go func() { defer close(done); call("POST", base+"/seckill/"+vid, buyer, nil) }()
+	go func() {
+		defer close(done)
+		// Refused while another request of the test held the slot: again.
+		for try := 0; try < 100; try++ {
+			if r, err := call("POST", base+"/seckill/"+vid, buyer, nil); err != nil || r.Status != http.StatusTooManyRequests {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := call("GET", base+"/readyz", "", nil)
+		if err == nil && r.Body["in_flight"] == 1.0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			unlock()
+			t.Fatalf("the held buy is not in flight: /readyz %s (%v)", r.Raw, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return func() { unlock(); <-done }
 }
 

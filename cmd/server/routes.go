@@ -56,7 +56,9 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// recovered panic's 500 are counted too. Every answer gets the
 	// security headers (web.Harden). Then the body is read whole, under
 	// a deadline of its own, before the request may hold a slot: a client
-	// trickling its body in holds none (web.ReadBody). Overload is
+	// trickling its body in holds none (web.ReadBody; a body over
+	// web.SmallBody, which no route of the contract needs, is read once
+	// its request holds a slot, so that it is not buffered unbounded). Overload is
 	// answered next and fast: beyond MAX_IN_FLIGHT requests at once, or
 	// past an address's share of them, 429 before any work (package
 	// admission). Health checks pass, so that an orchestrator does not
@@ -69,7 +71,8 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	}
 	inFlight := a.slots.Limit(fail, "/healthz", "/readyz", "/metrics")
 	r.Use(a.metrics.Seckill(seckillRoute), a.live.Middleware(seckillRoute), web.Recover(log),
-		web.Harden(), web.ReadBody(cfg.BodyTimeout), live.PassStreams(eventsRoute, inFlight))
+		web.Harden(), web.ReadBody(cfg.BodyTimeout, web.SmallBody), live.PassStreams(eventsRoute, inFlight),
+		web.ReadBody(cfg.BodyTimeout, web.MaxBody))
 
 	// What a route may ask for besides: a token (authn, which sets
 	// auth.From), an admin's token (admin, after authn), and the buyer's

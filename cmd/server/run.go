@@ -35,24 +35,29 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if cfg.embedded() {
-		app.seedDemo(ctx, log)
-	}
-
+	// Listen before the demo's voucher is announced: on a port already
+	// taken the server fails before it says anything is on sale.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	if err := checkBound(cfg, ln.Addr()); err != nil {
+		ln.Close()
+		return err
 	}
 	// No address holds more than MAX_CONNS_PER_ADDR connections.
 	ln = app.conns.Listener(ln)
 	warnDev(cfg, log)
+	if cfg.embedded() {
+		app.seedDemo(ctx, log)
+	}
 	srv := &http.Server{
 		Handler: app.router,
 		// A client that sends its request slowly holds a goroutine and a
 		// connection for as long as it likes unless these cut it off.
 		// The body has a shorter deadline of its own (web.ReadBody).
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       10 * time.Second,
+		ReadHeaderTimeout: readTimeout,
+		ReadTimeout:       readTimeout,
 		// Longer than the longest request (see HTTPWriteTimeout): cutting
 		// a request short would turn a committed order's 200 into a
 		// dropped connection. It only stops a client that never reads.
@@ -160,8 +165,22 @@ func warnDev(cfg config, log *slog.Logger) {
 		what := map[string]string{
 			"AUTH_DEV_CODES": "POST /auth/code answers the login code: anyone who reaches the port logs in as anyone, the admin too",
 			"LIVE_CROWD":     "admins may start a simulated crowd that buys with made-up users",
-			"PAYMENT_FAKE":   "POST /orders/{id}/pay marks an order paid without taking money",
+			"PAYMENT_FAKE":   "POST /orders/{id}/pay is confirmed by a fake payment provider, with no money taken",
 		}[name]
 		log.Warn("DEVELOPMENT SETTING ON: never in production", "setting", name, "effect", what, "on_network", cfg.DevOnNetwork)
 	}
+}
+
+// checkBound refuses a bound address that is not loopback while a
+// development setting is on (without ALLOW_DEV_SETTINGS_ON_NETWORK).
+// devVars judged HTTP_ADDR by its text; a host name such as "localhost"
+// is whatever the resolver says it is, so the bound address decides.
+func checkBound(cfg config, addr net.Addr) error {
+	if len(cfg.DevSettings) == 0 || cfg.DevOnNetwork {
+		return nil
+	}
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s on %s, which is not loopback: set ALLOW_DEV_SETTINGS_ON_NETWORK=true if every client that reaches it is yours", strings.Join(cfg.DevSettings, ", "), addr)
 }

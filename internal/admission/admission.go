@@ -140,31 +140,33 @@ func (b *Buckets) PerUser(fail func(*gin.Context, error)) gin.HandlerFunc {
 }
 
 // Cap bounds the requests an instance works on at once, and shares them
-// fairly among client addresses: once half the slots are taken, no
-// address takes more than a quarter of them. A lone client (a load test,
-// or every client behind a proxy not named in TRUSTED_PROXIES) may hold
-// half the slots; a flood from one or two addresses leaves the other half
-// or a quarter to everyone else. Without the share, one address sending
-// requests as fast as it can held every slot, and every buyer was told
-// 429.
+// fairly among client addresses: once half the slots are taken, an
+// address holds at most half of them divided among the addresses holding
+// any (itself counted). A lone client (a load test, or every client
+// behind a proxy not named in TRUSTED_PROXIES) may hold half the slots;
+// k addresses that flood at once are held to 1/(2k) each, so that, as
+// their requests end and are refused again, together they keep at most
+// half and the other half serves everyone else. Without the share, one
+// address sending requests as fast as it could held every slot, and every
+// buyer was told 429. A newcomer (an address holding none) is let in
+// while any slot is free.
 //
 // A slot is taken once the request's body has arrived (web.ReadBody runs
 // first): a client that trickles its body in holds a connection, not a
 // slot.
 type Cap struct {
-	n      int // slots; 0: no cap
-	perKey int // the most one address holds once half are taken
+	n int // slots; 0: no cap
 
 	mu    sync.Mutex
 	total int
-	held  map[string]int // by web.AddrKey
+	held  map[string]int // by web.AddrKey: the addresses holding slots
 
 	refused atomic.Int64 // when a request was last refused, in Unix ns
 }
 
 // NewCap returns a Cap of n requests at once; n 0 turns it off.
 func NewCap(n int) *Cap {
-	return &Cap{n: max(n, 0), perKey: max(n/4, 1), held: map[string]int{}}
+	return &Cap{n: max(n, 0), held: map[string]int{}}
 }
 
 // take takes a slot for the address key, if the cap and the share allow.
@@ -172,7 +174,10 @@ func (cp *Cap) take(key string) bool {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	h := cp.held[key]
-	if cp.total >= cp.n || (cp.total >= cp.n/2 && h >= cp.perKey) {
+	if cp.total >= cp.n {
+		return false
+	}
+	if h > 0 && cp.total >= cp.n/2 && h >= max(cp.n/(2*len(cp.held)), 1) {
 		return false
 	}
 	cp.total++

@@ -135,9 +135,10 @@ func apperrIsBusy(body string) bool {
 	return body == `{"error":{"code":"`+string(apperr.Busy)+`","message":"`+ErrOverloaded.Message+`"}}`
 }
 
-// Once half the slots are taken, no address takes more than a quarter of
-// them: a lone client gets half, a flood from two addresses leaves a
-// quarter to everyone else, and a freed slot serves its address again.
+// Once half the slots are taken, an address holds at most half of them
+// divided among the addresses holding any: a lone client gets half, a
+// second a quarter, and so on; a newcomer gets in while a slot is free;
+// a flooding address whose requests end is held to its smaller share.
 func TestCapShares(t *testing.T) {
 	cp := NewCap(8)
 	take := func(addr string, n int) int {
@@ -153,23 +154,35 @@ func TestCapShares(t *testing.T) {
 		t.Fatalf("a lone address took %d of 8 slots, want 4 (half)", got)
 	}
 	if got := take("b", 8); got != 2 {
-		t.Fatalf("a second address took %d, want 2 (a quarter)", got)
+		t.Fatalf("a second address took %d, want 2 (8/2 shared by 2)", got)
 	}
-	if got := take("c", 8); got != 2 {
-		t.Fatalf("a third address took %d, want the last 2", got)
+	if got := take("c", 8); got != 1 {
+		t.Fatalf("a third address took %d, want 1 (8/2 shared by 3)", got)
 	}
-	if got := take("d", 1); got != 0 {
+	if got := take("d", 8); got != 1 {
+		t.Fatalf("a fourth address took %d, want the last 1", got)
+	}
+	if got := take("e", 1); got != 0 {
 		t.Fatalf("a full cap let a request in")
 	}
-	cp.give("c")
-	if got := take("d", 2); got != 1 {
-		t.Fatalf("a freed slot: a new address took %d, want 1", got)
+	// a's requests end; a asks again: four addresses hold slots, so a's
+	// share is 8/2/4 = 1.
+	for range 4 {
+		cp.give("a")
 	}
-	if n, capacity, _ := cp.Load(); n != 8 || capacity != 8 {
-		t.Fatalf("Load = %d of %d, want 8 of 8", n, capacity)
+	if got := take("a", 4); got != 1 {
+		t.Fatalf("the flooding address, its requests ended, took %d again, want 1", got)
 	}
-	for _, a := range []string{"a", "a", "a", "a", "b", "b", "c", "d"} {
-		cp.give(a)
+	if got := take("e", 4); got != 1 {
+		t.Fatalf("a newcomer then took %d, want 1 (let in; then its share, 8/2 shared by 5)", got)
+	}
+	if n, capacity, _ := cp.Load(); n != 6 || capacity != 8 {
+		t.Fatalf("Load = %d of %d, want 6 of 8", n, capacity)
+	}
+	for a, n := range map[string]int{"a": 1, "b": 2, "c": 1, "d": 1, "e": 1} {
+		for range n {
+			cp.give(a)
+		}
 	}
 	if len(cp.held) != 0 || cp.total != 0 {
 		t.Fatalf("after every slot is given back: %d held by %v", cp.total, cp.held)

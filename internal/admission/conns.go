@@ -90,6 +90,16 @@ func (cs *Conns) admit(addr net.Addr) (key string, ok bool) {
 	return key, true
 }
 
+// CloseWrite half-closes the connection when it can: net/http does so
+// before closing a connection whose request it refused, so that the
+// client reads the answer instead of a reset.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // conn gives its place back once, when it is closed.
 type conn struct {
 	net.Conn
@@ -120,6 +130,11 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range list {
 		if p, err := netip.ParsePrefix(s); err == nil {
+			// An IPv4 range written in IPv6 (::ffff:10.0.0.0/104) is
+			// the IPv4 range: peers are compared unmapped.
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked())
 			continue
 		}

@@ -73,3 +73,31 @@ func TestConnsPerAddress(t *testing.T) {
 	_, _, _, _ = a2, s2, b, sb
 	a4.Close()
 }
+
+// TRUSTED_PROXIES' entries as prefixes: addresses, ranges, and an IPv4
+// range written in IPv6, which peers (compared unmapped) must match.
+func TestParsePrefixes(t *testing.T) {
+	got, err := ParsePrefixes([]string{"10.0.0.1", "172.28.0.0/24", "::ffff:192.168.0.0/112", "2001:db8::/32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		addr string
+		in   bool
+	}{
+		{"10.0.0.1", true}, {"10.0.0.2", false}, {"172.28.0.10", true}, {"192.168.3.4", true},
+		{"192.169.0.1", false}, {"2001:db8::1", true}, {"2001:db9::1", false},
+	} {
+		a := netip.MustParseAddr(tt.addr)
+		in := false
+		for _, p := range got {
+			in = in || p.Contains(a)
+		}
+		if in != tt.in {
+			t.Errorf("%s trusted = %v, want %v (prefixes %v)", tt.addr, in, tt.in, got)
+		}
+	}
+	if _, err := ParsePrefixes([]string{"not an address"}); err == nil {
+		t.Error("a malformed entry was accepted")
+	}
+}

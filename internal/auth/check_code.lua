@@ -36,8 +36,15 @@ local hour = tonumber(ARGV[8])
 
 -- The pair waits after its last wrong guess. Only this address waits on
 -- this phone: a stranger's guesses never slow the owner's.
+local free = tonumber(ARGV[2])
+if ARGV[3] == '1' and not trusted then
+  free = 0
+end
 local untilMs = tonumber(redis.call('HGET', KEYS[2], 'until') or '0')
-if untilMs > now then
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+-- (While the count is past the free guesses of the limits in force:
+-- raising them lifts the waits they no longer justify.)
+if untilMs > now and n > free then
   return {PAIR_WAIT, untilMs - now}
 end
 
@@ -67,11 +74,7 @@ end
 
 -- A wrong guess (with no live code too: a failed login is a failed
 -- login). Past the free ones, each doubles the pair's wait.
-local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
-local free = tonumber(ARGV[2])
-if ARGV[3] == '1' and not trusted then
-  free = 0
-end
+n = redis.call('HINCRBY', KEYS[2], 'n', 1)
 local wait = 0
 if n > free then
   wait = math.min(tonumber(ARGV[4]) * 2 ^ math.min(n - free - 1, 40), tonumber(ARGV[5]))

@@ -64,7 +64,7 @@ func FuzzAuthBodies(f *testing.F) {
 	sender := &countingSender{}
 	svc := auth.NewService(nil, rdb, tokensAt(testKey, issuedAt), nil, sender, auth.DefaultLimits)
 	r := gin.New()
-	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout))
+	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout, web.MaxBody))
 	h := auth.NewHandler(svc, false, log)
 	r.POST("/auth/code", h.SendCode)
 	r.POST("/auth/login", h.Login)

@@ -313,17 +313,21 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 	// The trusted pair skips the address's gate: an owner who shares an
 	// address with a guesser (a carrier's NAT, an office) still logs in.
 	// The script at the phone reads the trust again, as its own.
-	counted := false
+	var admitted []any // the address's waits before and after: see refund_guess.lua
 	if trust.Val() == 0 {
-		wait, err := admitGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)},
-			s.limits.FreeGuessesPerAddr, attack, firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Int64()
+		res, err := admitGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)},
+			s.limits.FreeGuessesPerAddr, attack, firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Slice()
 		if err != nil {
 			return apperr.Down(fmt.Errorf("count login guesses of %s: %w", addr, err))
 		}
-		if wait > 0 {
+		if len(res) == 1 {
+			wait, _ := res[0].(int64)
 			return apperr.RetryAfter(ErrAddrGuessTooSoon, time.Duration(wait)*time.Millisecond)
 		}
-		counted = true
+		if len(res) != 3 {
+			return fmt.Errorf("count login guesses: script answered %v", res)
+		}
+		admitted = res[1:]
 	}
 
 	res, err := checkCodeScript.Run(ctx, s.rdb, []string{k.codes, k.pair, k.trust, k.failed},
@@ -345,11 +349,11 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 		}
 		return ErrWrongCode
 	}
-	if counted {
+	if admitted != nil {
 		// Best effort: a lost refund leaves one guess too many on this
 		// address, a cost to the address and never to safety, and a
 		// login that matched must stand (its code is spent).
-		_ = refundGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)}).Err()
+		_ = refundGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)}, admitted...).Err()
 	}
 	wait := time.Duration(res[1]) * time.Millisecond
 	switch res[0] {

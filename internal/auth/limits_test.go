@@ -538,6 +538,35 @@ func TestAddrDelays(t *testing.T) {
 		expectRefused(t, err, ErrAddrGuessTooSoon, 0, time.Second)
 	})
 
+	// Past its free guesses, a login from the address (the owner's, on a
+	// shared address) does not set a wait of its own: the wait is the
+	// wrong guesses', and ends when theirs does.
+	t.Run("a login past the free guesses sets no wait", func(t *testing.T) {
+		addr := testAddr(t, s)
+		for range l.FreeGuessesPerAddr + 1 { // the last waits 1 s
+			expectWrong(t, s, testPhone(t, s), "000000", addr)
+		}
+		time.Sleep(time.Second + 100*time.Millisecond)
+		for range 3 { // without the refund's restore, the second waits 2 s
+			phone := testPhone(t, s)
+			expectLogin(t, s, phone, mustSend(t, s, phone, addr), addr)
+		}
+	})
+
+	// Raising the limit lifts the waits it no longer justifies: a server
+	// restarted with more free guesses does not keep its addresses waiting.
+	t.Run("a wait ends when the limit is raised", func(t *testing.T) {
+		addr := testAddr(t, s)
+		for range l.FreeGuessesPerAddr + 1 {
+			expectWrong(t, s, testPhone(t, s), "000000", addr)
+		}
+		expectRefused(t, login(s, testPhone(t, s), "000000", addr), ErrAddrGuessTooSoon, 0, time.Second)
+		more := l
+		more.FreeGuessesPerAddr = 100
+		raised, _ := newLimited(t, more) // the same Redis database
+		expectWrong(t, raised, testPhone(t, raised), "000000", addr)
+	})
+
 	t.Run("guesses at once over many phones: the free ones and one more", func(t *testing.T) {
 		addr := testAddr(t, s)
 		phones := make(chan string, 20)

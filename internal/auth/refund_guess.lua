@@ -3,12 +3,18 @@
 -- before comparing it.
 --
 -- KEYS[1] the address's wrong guesses (see admit_guess.lua)
+-- ARGV[1] the wait (an until time, in ms) before the attempt
+-- ARGV[2] the wait the attempt set
 --
--- The wait that the attempt set stays: it ends within the delay that the
--- address's earlier wrong guesses had earned anyway. HGET, not HINCRBY,
--- decides: a count that expired meanwhile must not come back without a
--- TTL.
+-- The count goes back down, and so does the wait, unless another attempt
+-- has set a wait of its own since: a right code, or an attempt the phone
+-- refused, must not make the address wait longer (behind a carrier's NAT
+-- every login would push the next one back). HGET, not HINCRBY, decides:
+-- a count that expired meanwhile must not come back without a TTL.
 if tonumber(redis.call('HGET', KEYS[1], 'n') or '0') > 0 then
   redis.call('HINCRBY', KEYS[1], 'n', -1)
+  if redis.call('HGET', KEYS[1], 'until') == ARGV[2] then
+    redis.call('HSET', KEYS[1], 'until', ARGV[1])
+  end
 end
 return 0

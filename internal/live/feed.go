@@ -50,7 +50,13 @@ type feeds struct {
 	open     int            // streams
 	byClient map[string]int // streams by client address (web.AddrKey)
 	byID     map[int64]*feed
-	wg       sync.WaitGroup // the readers
+	// ended keeps the last event of a sale that has ended, for endedFor:
+	// a page opened on it meanwhile gets that event without a read (a
+	// client reconnecting in a loop would otherwise cost a MySQL and a
+	// Redis read per connection, and such streams end too fast for the
+	// caps to hold them).
+	ended map[int64]endedSale
+	wg    sync.WaitGroup // the readers
 }
 
 // feed is one voucher's reader and its streams.
@@ -60,8 +66,20 @@ type feed struct {
 	stop    context.CancelFunc
 }
 
+// endedSale is an ended sale's last event and when it was read.
+type endedSale struct {
+	event []byte
+	at    time.Time
+}
+
+// endedFor is how long an ended sale's last event is served without a
+// read: returns of cancelled orders may still change its figures a
+// little, which a page opened later shows.
+const endedFor = 10 * time.Second
+
 func newFeeds(read func(context.Context, int64) (Figures, error), log *slog.Logger) *feeds {
-	return &feeds{read: read, log: log, max: MaxStreams, perClient: MaxStreamsPerClient, byClient: map[string]int{}, byID: map[int64]*feed{}}
+	return &feeds{read: read, log: log, max: MaxStreams, perClient: MaxStreamsPerClient,
+		byClient: map[string]int{}, byID: map[int64]*feed{}, ended: map[int64]endedSale{}}
 }
 
 // join opens a stream of voucherID's events: the last one at once if its
@@ -79,6 +97,17 @@ func (fs *feeds) join(voucherID int64, client string) (events <-chan []byte, lea
 	}
 	fs.open++
 	fs.byClient[client]++
+	left := func() {
+		fs.open--
+		if fs.byClient[client]--; fs.byClient[client] <= 0 {
+			delete(fs.byClient, client)
+		}
+	}
+	if e, ok := fs.ended[voucherID]; ok && time.Since(e.at) < endedFor {
+		ch := make(chan []byte, 1)
+		ch <- e.event
+		return ch, func() { fs.mu.Lock(); defer fs.mu.Unlock(); left() }, nil
+	}
 	f := fs.byID[voucherID]
 	if f == nil {
 		ctx, stop := context.WithCancel(context.Background())
@@ -94,10 +123,7 @@ func (fs *feeds) join(voucherID int64, client string) (events <-chan []byte, lea
 	leave = func() {
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
-		fs.open--
-		if fs.byClient[client]--; fs.byClient[client] <= 0 {
-			delete(fs.byClient, client)
-		}
+		left()
 		delete(f.streams, ch)
 		if len(f.streams) == 0 {
 			f.stop()
@@ -125,6 +151,15 @@ func (fs *feeds) run(ctx context.Context, voucherID int64, f *feed) {
 		f.last = event
 		for ch := range f.streams {
 			offer(ch, event)
+		}
+		if ended {
+			now := time.Now()
+			for id, e := range fs.ended { // the map holds recent ones only
+				if now.Sub(e.at) >= endedFor {
+					delete(fs.ended, id)
+				}
+			}
+			fs.ended[voucherID] = endedSale{event: event, at: now}
 		}
 		fs.mu.Unlock()
 		if ended {

@@ -62,7 +62,7 @@ func FuzzCreateInput(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var made *Voucher
 	r := gin.New()
-	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout))
+	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout, web.MaxBody))
 	r.POST("/vouchers", func(c *gin.Context) {
 		made = nil
 		var in CreateInput

@@ -2,8 +2,11 @@ package web
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"seckill/internal/apperr"
 )
 
 // Every answer carries the security headers, an error and an unknown
@@ -63,7 +68,7 @@ func TestReadBodyDeadline(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	r := gin.New()
 	reached := make(chan string, 4)
-	r.Use(ReadBody(time.Second))
+	r.Use(ReadBody(time.Second, MaxBody))
 	r.POST("/echo", func(c *gin.Context) {
 		b, _ := io.ReadAll(c.Request.Body)
 		reached <- string(b)
@@ -108,5 +113,73 @@ func TestReadBodyDeadline(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || string(got) != `{"phone":"13800000000"}` {
 		t.Errorf("whole body: %d %q", res.StatusCode, got)
+	}
+}
+
+// Around the cap, the server reads a small body before it and a larger
+// one (or one of no declared length) after it: what runs between the two
+// (the cap) sees a small body read already, a large one not yet; the
+// handler gets either whole.
+func TestReadBodySmallFirst(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	r := gin.New()
+	var between bool
+	r.Use(ReadBody(time.Second, SmallBody), func(c *gin.Context) { _, between = c.Get(bodyRead) }, ReadBody(time.Second, MaxBody))
+	r.POST("/echo", func(c *gin.Context) {
+		b, _ := io.ReadAll(c.Request.Body)
+		c.String(http.StatusOK, "%d", len(b))
+	})
+	for _, tt := range []struct {
+		name      string
+		size      int
+		chunked   bool
+		readFirst bool
+	}{
+		{"small", 100, false, true},
+		{"at SmallBody", SmallBody, false, true},
+		{"larger", SmallBody + 1, false, false},
+		{"no declared length", 100, true, false},
+	} {
+		body := strings.Repeat("x", tt.size)
+		req := httptest.NewRequest("POST", "/echo", strings.NewReader(body))
+		if tt.chunked {
+			req.ContentLength = -1
+		}
+		w := httptest.NewRecorder()
+		between = false
+		r.ServeHTTP(w, req)
+		if w.Code != http.StatusOK || w.Body.String() != fmt.Sprint(tt.size) {
+			t.Errorf("%s: %d %q, want 200 and the whole body", tt.name, w.Code, w.Body)
+		}
+		if between != tt.readFirst {
+			t.Errorf("%s: read before the cap = %v, want %v", tt.name, between, tt.readFirst)
+		}
+	}
+}
+
+// A client that hangs up is no store down: whatever wrapped its
+// cancellation (apperr.Down included), Error logs no warning.
+func TestErrorClientGone(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w := httptest.NewRecorder()
+	c, _ := gin.CreateTestContext(w)
+	c.Request = httptest.NewRequest("GET", "/x", nil).WithContext(ctx)
+	Error(c, log, apperr.Down(fmt.Errorf("read stock: %w", context.Canceled)))
+	if buf.Len() != 0 {
+		t.Errorf("a client gone was logged: %s", buf.String())
+	}
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("answered %d, want 503", w.Code)
+	}
+	// A store that is down, while the client waits, is a warning.
+	c, _ = gin.CreateTestContext(httptest.NewRecorder())
+	c.Request = httptest.NewRequest("GET", "/x", nil)
+	Error(c, log, apperr.Down(errors.New("dial tcp: connection refused")))
+	if !strings.Contains(buf.String(), "level=WARN") {
+		t.Errorf("a store down was not a warning: %q", buf.String())
 	}
 }

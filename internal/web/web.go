@@ -38,11 +38,14 @@ const MaxBody = 1 << 20
 func Error(c *gin.Context, log *slog.Logger, err error) {
 	e := apperr.As(err)
 	switch {
+	case errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil:
+		// The client went away (whatever wrapped the cancellation on its
+		// way up): nobody will read the answer, and no store is down, so
+		// it is no warning.
+		log.DebugContext(c.Request.Context(), "client went away", "path", c.FullPath(), "err", err)
+		e = apperr.New(apperr.Unavailable, "request cancelled")
 	case e != nil && e.Code == apperr.Unavailable:
 		log.WarnContext(c.Request.Context(), "unavailable", "path", c.FullPath(), "err", err)
-	case e == nil && errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil:
-		// The client went away; nobody will read the answer.
-		e = apperr.New(apperr.Unavailable, "request cancelled")
 	case e == nil:
 		log.ErrorContext(c.Request.Context(), "internal error", "path", c.FullPath(), "err", err)
 		e = apperr.New(apperr.Internal, "internal error")
@@ -177,15 +180,30 @@ func ID(c *gin.Context, name string) (int64, bool) {
 // hundred bytes that arrive with the headers: seconds are generous.
 const BodyTimeout = 3 * time.Second
 
+// SmallBody is the largest body read before the cap on requests in
+// flight (see ReadBody): far above any body of the contract, small
+// enough that the connections one address may hold (admission.Conns) can
+// buffer only megabytes of it.
+const SmallBody = 16 << 10
+
+// bodyRead marks a request whose body ReadBody has read.
+const bodyRead = "web.bodyRead"
+
 // ReadBody reads the request's whole body before the request goes on,
-// under a deadline of its own (timeout: BodyTimeout but in tests), and
-// refuses bodies over
-// MaxBody (413, from a declared Content-Length before reading). It runs
-// before the cap on requests in flight (package admission): a client that
-// sends its headers and then trickles its body in, a byte now and then,
-// would otherwise hold a slot for the server's whole read timeout, and a
-// few hundred such clients held them all.
-func ReadBody(timeout time.Duration) gin.HandlerFunc {
+// under a deadline of its own (timeout: BodyTimeout but in tests), if
+// its declared length is at most upTo; it refuses bodies over MaxBody
+// (413, from a declared Content-Length before reading).
+//
+// The server uses it twice, around the cap on requests in flight
+// (package admission): first with SmallBody, then with MaxBody. A client
+// that sends its headers and then trickles its body in, a byte now and
+// then, would otherwise hold a slot while it trickles, and a few hundred
+// such clients held them all. Only a body declared larger than SmallBody,
+// or of no declared length (chunked), is read once the request holds a
+// slot, for at most timeout: reading every body before the cap would
+// instead let a few addresses hold a megabyte per connection, with no
+// bound but memory.
+func ReadBody(timeout time.Duration, upTo int64) gin.HandlerFunc {
 	late := fmt.Sprintf("request body did not arrive whole within %s", timeout)
 	return func(c *gin.Context) {
 		r := c.Request
@@ -193,7 +211,7 @@ func ReadBody(timeout time.Duration) gin.HandlerFunc {
 			abort(c, http.StatusRequestEntityTooLarge, apperr.InvalidArgument, "request body is larger than 1 MiB")
 			return
 		}
-		if r.Body == nil || r.Body == http.NoBody {
+		if _, done := c.Get(bodyRead); done || r.Body == nil || r.Body == http.NoBody || r.ContentLength > upTo || (r.ContentLength < 0 && upTo < MaxBody) {
 			c.Next()
 			return
 		}
@@ -219,6 +237,7 @@ func ReadBody(timeout time.Duration) gin.HandlerFunc {
 		// passing there would cancel the request's context mid-work.
 		_ = rc.SetReadDeadline(time.Time{})
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		c.Set(bodyRead, true)
 		c.Next()
 	}
 }

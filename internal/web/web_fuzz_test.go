@@ -70,7 +70,7 @@ func FuzzBindJSON(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var bound shapes
 	r := gin.New()
-	r.Use(Recover(log), ReadBody(BodyTimeout))
+	r.Use(Recover(log), ReadBody(BodyTimeout, MaxBody))
 	r.POST("/", func(c *gin.Context) {
 		bound = shapes{}
 		if !BindJSON(c, &bound) {

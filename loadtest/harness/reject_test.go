@@ -89,7 +89,7 @@ func BenchmarkRejectChain(b *testing.B) {
 
 	srv := gin.New()
 	srv.HandleMethodNotAllowed = true
-	srv.Use(web.Recover(log), web.ReadBody(web.BodyTimeout))
+	srv.Use(web.Recover(log), web.ReadBody(web.BodyTimeout, web.MaxBody))
 	fail := func(c *gin.Context, err error) { web.Error(c, log, err) }
 	srv.POST("/seckill/:voucherId", tokens.Authenticate(fail), func(c *gin.Context) {
 		if _, ok := web.ID(c, "voucherId"); !ok {

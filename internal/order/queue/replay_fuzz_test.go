@@ -75,7 +75,7 @@ func FuzzReplayInput(f *testing.F) {
 	restock := func(context.Context, int64) error { return nil } // replay is async mode's
 	h := NewHandler(New(testenv.DownRedis(f)), restock, log)
 	r := gin.New()
-	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout))
+	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout, web.MaxBody))
 	r.POST("/admin/dead-letters/replay", h.Replay)
 
 	f.Fuzz(func(t *testing.T, body []byte) {
