@@ -179,8 +179,12 @@ func TestLoadConfig(t *testing.T) {
 			if cfg.SeckillRate != 10 || cfg.SeckillBurst != 20 || cfg.MaxInFlight != 4*cfg.RedisPoolSize {
 				t.Errorf("%s: buy button %v/s burst %d, cap %d; want 10/s, 20, 4 × REDIS_POOL_SIZE", name, cfg.SeckillRate, cfg.SeckillBurst, cfg.MaxInFlight)
 			}
-			if cfg.AuthLimits != auth.DefaultLimits {
-				t.Errorf("%s: login code limits %+v, want %+v", name, cfg.AuthLimits, auth.DefaultLimits)
+			want := auth.DefaultLimits
+			if name == "embedded" {
+				want.CodesPerAddrPerMin = 0 // the demo is on loopback: a load test logs its users in from one address
+			}
+			if cfg.AuthLimits != want {
+				t.Errorf("%s: login code limits %+v, want %+v", name, cfg.AuthLimits, want)
 			}
 			if cfg.TrustedProxies != nil {
 				t.Errorf("%s: trusted proxies %q, want none", name, cfg.TrustedProxies)

@@ -1,24 +1,32 @@
 -- Admit one login attempt from a client address (over all phones), or
--- refuse it while the address waits after its wrong guesses.
+-- refuse it while the address waits after its wrong guesses, or while it
+-- has as many attempts in flight as it may.
 --
 -- KEYS[1] the address's wrong guesses: a hash with n (wrong guesses) and
 --         until (ms: no attempt before then)
+-- KEYS[2] the address's attempts in flight: a sorted set of attempt IDs,
+--         scored by when each began (ms)
 -- ARGV[1] the address's free wrong guesses, before any wait
 -- ARGV[2] 1 while many guesses fail everywhere (an attack): the free
 --         guesses are gone
--- ARGV[3] the first wait, in ms; each further wrong guess doubles it
--- ARGV[4] the longest wait, in ms
--- ARGV[5] how long the count is kept after its wait ends, in ms
+-- ARGV[3] the attempts in flight at once of an address with no wrong
+--         guess counted
+-- ARGV[4] this attempt's ID
+-- ARGV[5] how long an attempt counts as in flight at most, in ms (one
+--         whose instance died is then forgotten)
 --
--- Returns {0, the wait before, the wait set} when the attempt is
--- admitted (the waits as until times, in ms, for refund_guess.lua), else
--- {the ms until one may be}.
+-- Returns {ADMITTED}, {WAIT, ms} or {AT_ONCE, ms} (see limits.go).
 --
--- An admitted attempt is counted as a wrong guess before its code is
--- compared (refund_guess.lua takes it back if it was not one): the code
--- is checked by another script, on the phone's keys, which in Redis
--- Cluster live in another slot. Counting first is what keeps attempts at
--- once from all passing the gate that the first of them closes.
+-- Only wrong guesses are counted (settle_guess.lua, once the phone's
+-- script has compared the code): a right code never makes an address
+-- wait, which matters behind a carrier's NAT. What keeps attempts at once
+-- from all slipping past a gate that the first wrong one would close is
+-- the cap on attempts in flight: an address with wrong guesses counted
+-- may have only as many at once as it has free guesses left (at least
+-- one); one with none, ARGV[3] (many users logging in behind one
+-- address, or a load test's users). Both in one slot: the keys share the
+-- address's hash tag.
+local ADMITTED, WAIT, AT_ONCE = 0, 1, 2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local free = tonumber(ARGV[1])
@@ -30,14 +38,17 @@ local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 -- A wait holds while the count is past the free guesses of the limits in
 -- force: raising them lifts the waits they no longer justify.
 if untilMs > now and n > free then
-  return {untilMs - now}
+  return {WAIT, untilMs - now}
 end
-n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-local wait = 0
-if n > free then
-  wait = math.min(tonumber(ARGV[3]) * 2 ^ math.min(n - free - 1, 40), tonumber(ARGV[4]))
+local stale = tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - stale)
+local allowed = tonumber(ARGV[3])
+if n > 0 then
+  allowed = math.max(free - n + 1, 1)
 end
-local set = string.format('%d', now + wait)
-redis.call('HSET', KEYS[1], 'until', set)
-redis.call('PEXPIRE', KEYS[1], string.format('%d', wait + tonumber(ARGV[5])))
-return {0, string.format('%d', untilMs), set}
+if redis.call('ZCARD', KEYS[2]) >= allowed then
+  return {AT_ONCE, 1000}
+end
+redis.call('ZADD', KEYS[2], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[2], stale)
+return {ADMITTED}

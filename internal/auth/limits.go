@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -151,6 +152,9 @@ var (
 	ErrGuessTooSoon = apperr.New(apperr.Busy, "too many wrong login codes for this phone from your address; try again after Retry-After seconds")
 	// ErrAddrGuessTooSoon: this address guessed wrong on many phones.
 	ErrAddrGuessTooSoon = apperr.New(apperr.Busy, "too many wrong login codes from your address; try again after Retry-After seconds")
+	// ErrAddrAtOnce: this address has as many login attempts in flight
+	// as it may (see admit_guess.lua).
+	ErrAddrAtOnce = apperr.New(apperr.Busy, "too many logins at once from your address; try again after Retry-After seconds")
 	// ErrPhoneGuessedOut: the phone had PhoneGuessesPerHour wrong guesses
 	// in the last hour from addresses it never logged in from.
 	ErrPhoneGuessedOut = apperr.New(apperr.Busy, "too many wrong login codes for this phone from new addresses; try again after Retry-After seconds, or from an address you logged in from before")
@@ -188,9 +192,27 @@ var (
 	admitGuessSrc    string
 	admitGuessScript = redis.NewScript(admitGuessSrc)
 
-	//go:embed refund_guess.lua
-	refundGuessSrc    string
-	refundGuessScript = redis.NewScript(refundGuessSrc)
+	//go:embed settle_guess.lua
+	settleGuessSrc    string
+	settleGuessScript = redis.NewScript(settleGuessSrc)
+)
+
+// Answers of admit_guess.lua.
+const (
+	admitted    = 0
+	admitWait   = 1
+	admitAtOnce = 2
+)
+
+const (
+	// attemptsAtOnce is how many login attempts an address with no wrong
+	// guess counted may have in flight: many users behind one carrier
+	// NAT, or a load test's users logging in from one machine. Once it
+	// has guessed wrong, only as many as its free guesses left.
+	attemptsAtOnce = 64
+	// attemptFor is how long an attempt counts as in flight at most: one
+	// whose instance died before settling it is then forgotten.
+	attemptFor = 30 * time.Second
 )
 
 // phoneKeys are the Redis keys of one phone's login, as seen from one
@@ -222,12 +244,16 @@ func keysOf(phone, addr string) phoneKeys {
 // (AUTH_DEV_CODES=false).
 func CodeKey(phone string) string { return keysOf(phone, "").codes }
 
-// addrKey is the key counting one client address's code requests, and
-// addrFailedKey the one counting its wrong guesses (a hash: n, until).
-// An IPv6 address counts as its /64 (web.AddrKey): a client can pick any
-// address in it.
-func addrKey(addr string) string       { return "login:addr:" + web.AddrKey(addr) }
-func addrFailedKey(addr string) string { return addrKey(addr) + ":failed" }
+// addrKey is the key counting one client address's code requests;
+// addrGuessKeys the two counting its wrong guesses (a hash: n, until) and
+// its attempts in flight (a sorted set), which share the address's hash
+// tag: one script reads and writes both. An IPv6 address counts as its
+// /64 (web.AddrKey): a client can pick any address in it.
+func addrKey(addr string) string { return "login:addr:" + web.AddrKey(addr) }
+func addrGuessKeys(addr string) []string {
+	p := "login:addr:{" + web.AddrKey(addr) + "}:"
+	return []string{p + "failed", p + "inflight"}
+}
 
 // failedKey counts the wrong guesses of the current minute over all
 // phones and addresses: the sign of an attack.
@@ -278,13 +304,13 @@ func (s *Service) storeCode(ctx context.Context, phone, addr, code string) error
 //
 //  1. read whether a minute of failures looks like an attack, and whether
 //     the pair is trusted (one round trip);
-//  2. unless trusted, admit the attempt at the address's gate, counting
-//     it as a wrong guess before anything is compared, so that attempts
-//     at once cannot all pass the gate the first of them closes;
+//  2. unless trusted, admit the attempt at the address's gate: not while
+//     the address waits, nor past the attempts it may have in flight
+//     (admit_guess.lua);
 //  3. check the code at the phone: the pair's wait, the phone's budget,
 //     the comparison and the count, in one script;
-//  4. take the address's count back if the attempt was no wrong guess,
-//     or add a wrong guess to the minute's count.
+//  4. settle the attempt at the address, counting it if it was a wrong
+//     guess, and add a wrong guess to the minute's count.
 func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error {
 	k := keysOf(phone, addr)
 	var failed *redis.StringCmd
@@ -313,47 +339,54 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 	// The trusted pair skips the address's gate: an owner who shares an
 	// address with a guesser (a carrier's NAT, an office) still logs in.
 	// The script at the phone reads the trust again, as its own.
-	var admitted []any // the address's waits before and after: see refund_guess.lua
+	attempt := ""
 	if trust.Val() == 0 {
-		res, err := admitGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)},
-			s.limits.FreeGuessesPerAddr, attack, firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Slice()
+		attempt = rand.Text()
+		res, err := admitGuessScript.Run(ctx, s.rdb, addrGuessKeys(addr),
+			s.limits.FreeGuessesPerAddr, attack, attemptsAtOnce, attempt, attemptFor.Milliseconds()).Int64Slice()
 		if err != nil {
-			return apperr.Down(fmt.Errorf("count login guesses of %s: %w", addr, err))
+			return apperr.Down(fmt.Errorf("admit a login of %s: %w", addr, err))
 		}
-		if len(res) == 1 {
-			wait, _ := res[0].(int64)
-			return apperr.RetryAfter(ErrAddrGuessTooSoon, time.Duration(wait)*time.Millisecond)
+		switch {
+		case len(res) == 2 && res[0] == admitWait:
+			return apperr.RetryAfter(ErrAddrGuessTooSoon, time.Duration(res[1])*time.Millisecond)
+		case len(res) == 2 && res[0] == admitAtOnce:
+			return apperr.RetryAfter(ErrAddrAtOnce, time.Duration(res[1])*time.Millisecond)
+		case len(res) != 1 || res[0] != admitted:
+			return fmt.Errorf("admit a login: script answered %v", res)
 		}
-		if len(res) != 3 {
-			return fmt.Errorf("count login guesses: script answered %v", res)
-		}
-		admitted = res[1:]
 	}
 
 	res, err := checkCodeScript.Run(ctx, s.rdb, []string{k.codes, k.pair, k.trust, k.failed},
 		code, s.limits.FreeGuesses, attack, firstDelay.Milliseconds(), s.limits.MaxGuessDelay.Milliseconds(),
 		forgetAfter.Milliseconds(), s.limits.PhoneGuessesPerHour, hour.Milliseconds(), s.limits.TrustFor.Milliseconds()).Int64Slice()
+	// Whether the script ran is unknown when it failed: the address's
+	// count then takes it as a wrong guess, erring on the side of
+	// counting.
+	wrong := err != nil || (len(res) == 2 && res[0] == checkWrong)
+	if attempt != "" {
+		serr := settleGuessScript.Run(ctx, s.rdb, addrGuessKeys(addr), attempt, b2i(wrong), s.limits.FreeGuessesPerAddr, attack,
+			firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Err()
+		// A wrong guess the address did not count would be a guess for
+		// free: refused. A login that matched stands (its code is
+		// spent); its attempt is forgotten after attemptFor.
+		if serr != nil && wrong && err == nil {
+			return apperr.Down(fmt.Errorf("count a wrong login code of %s: %w", addr, serr))
+		}
+	}
 	if err != nil {
-		// Whether the script ran is unknown: the address's count stays,
-		// erring on the side of counting.
 		return apperr.Down(fmt.Errorf("check login code: %w", err))
 	}
 	if len(res) != 2 {
 		return fmt.Errorf("check login code: script answered %v", res)
 	}
-	if res[0] == checkWrong {
+	if wrong {
 		// The count is read at the next login (step 1); the limit given
 		// here only decides the script's answer, which nobody needs.
 		if err := countWindowScript.Run(ctx, s.rdb, []string{failedKey}, s.limits.AttackGuessesPerMin, attackWindow.Milliseconds()).Err(); err != nil {
 			return apperr.Down(fmt.Errorf("count a wrong login code: %w", err))
 		}
 		return ErrWrongCode
-	}
-	if admitted != nil {
-		// Best effort: a lost refund leaves one guess too many on this
-		// address, a cost to the address and never to safety, and a
-		// login that matched must stand (its code is spent).
-		_ = refundGuessScript.Run(ctx, s.rdb, []string{addrFailedKey(addr)}, admitted...).Err()
 	}
 	wait := time.Duration(res[1]) * time.Millisecond
 	switch res[0] {
@@ -365,4 +398,12 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 		return apperr.RetryAfter(ErrPhoneGuessedOut, wait)
 	}
 	return fmt.Errorf("check login code: script answered %v", res)
+}
+
+// b2i is 1 for true: a script's flag.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -74,7 +74,7 @@ func testAddr(t *testing.T, s *Service) string {
 	t.Helper()
 	n := testenv.ID()
 	addr := fmt.Sprintf("10.%d.%d.%d", n>>16&0xff, n>>8&0xff, n&0xff)
-	t.Cleanup(func() { s.rdb.Del(context.Background(), addrKey(addr), addrFailedKey(addr)) })
+	t.Cleanup(func() { s.rdb.Del(context.Background(), append(addrGuessKeys(addr), addrKey(addr))...) })
 	return addr
 }
 
@@ -539,15 +539,15 @@ func TestAddrDelays(t *testing.T) {
 	})
 
 	// Past its free guesses, a login from the address (the owner's, on a
-	// shared address) does not set a wait of its own: the wait is the
-	// wrong guesses', and ends when theirs does.
+	// shared address) does not set a wait of its own: only wrong guesses
+	// are counted, and the wait ends when theirs does.
 	t.Run("a login past the free guesses sets no wait", func(t *testing.T) {
 		addr := testAddr(t, s)
 		for range l.FreeGuessesPerAddr + 1 { // the last waits 1 s
 			expectWrong(t, s, testPhone(t, s), "000000", addr)
 		}
 		time.Sleep(time.Second + 100*time.Millisecond)
-		for range 3 { // without the refund's restore, the second waits 2 s
+		for range 3 { // were logins counted, the second would wait 2 s
 			phone := testPhone(t, s)
 			expectLogin(t, s, phone, mustSend(t, s, phone, addr), addr)
 		}
@@ -567,15 +567,52 @@ func TestAddrDelays(t *testing.T) {
 		expectWrong(t, raised, testPhone(t, raised), "000000", addr)
 	})
 
+	// Once an address has guessed wrong, it may have only as many
+	// attempts in flight as it has free guesses left: guesses at once
+	// cannot all slip past the wait the first of them would set. In all,
+	// the free ones and one more.
 	t.Run("guesses at once over many phones: the free ones and one more", func(t *testing.T) {
 		addr := testAddr(t, s)
+		expectWrong(t, s, testPhone(t, s), "000000", addr)
 		phones := make(chan string, 20)
 		for range 20 {
 			phones <- testPhone(t, s)
 		}
 		got := together(20, func() error { return login(s, <-phones, "000000", addr) })
-		if got[ErrWrongCode] != l.FreeGuessesPerAddr+1 || got[ErrAddrGuessTooSoon] != 20-l.FreeGuessesPerAddr-1 {
-			t.Errorf("answers %v, want %d wrong, the rest told to wait", got, l.FreeGuessesPerAddr+1)
+		if got[ErrWrongCode] != l.FreeGuessesPerAddr || got[ErrAddrGuessTooSoon]+got[ErrAddrAtOnce] != 20-l.FreeGuessesPerAddr {
+			t.Errorf("answers %v, want %d wrong (with the first, the free ones and one more), the rest refused", got, l.FreeGuessesPerAddr)
+		}
+	})
+
+	// An address that never guessed wrong (many users behind one NAT, a
+	// load test) may have attemptsAtOnce in flight, right codes and wrong
+	// alike; past them it is told to come back in a second. No login of
+	// it is refused for a wait.
+	t.Run("logins at once from a clean address", func(t *testing.T) {
+		addr := testAddr(t, s)
+		const n = attemptsAtOnce + 16
+		phones := make(chan [2]string, n)
+		for range n {
+			phone := testPhone(t, s)
+			phones <- [2]string{phone, mustSend(t, s, phone, addr)}
+		}
+		got := together(n, func() error { p := <-phones; return login(s, p[0], p[1], addr) })
+		if got[nil] < 1 || got[nil]+got[ErrAddrAtOnce] != n {
+			t.Errorf("answers %v, want logins, and at most told to come back", got)
+		}
+		// The cap itself, at the gate: attempts admitted and not yet
+		// settled.
+		gate := testAddr(t, s)
+		for i := range attemptsAtOnce + 1 {
+			res, err := admitGuessScript.Run(context.Background(), s.rdb, addrGuessKeys(gate),
+				l.FreeGuessesPerAddr, 0, attemptsAtOnce, fmt.Sprint("a", i), attemptFor.Milliseconds()).Int64Slice()
+			want := []int64{admitted}
+			if i == attemptsAtOnce {
+				want = []int64{admitAtOnce, 1000}
+			}
+			if err != nil || fmt.Sprint(res) != fmt.Sprint(want) {
+				t.Fatalf("attempt %d in flight: %v %v, want %v", i+1, res, err, want)
+			}
 		}
 	})
 }
@@ -660,7 +697,7 @@ func TestAttack(t *testing.T) {
 
 // together runs f n times at once and counts its answers by sentinel.
 func together(n int, f func() error) map[error]int {
-	sentinels := []error{ErrWrongCode, ErrGuessTooSoon, ErrAddrGuessTooSoon, ErrPhoneGuessedOut}
+	sentinels := []error{ErrWrongCode, ErrGuessTooSoon, ErrAddrGuessTooSoon, ErrAddrAtOnce, ErrPhoneGuessedOut}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
