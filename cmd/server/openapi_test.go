@@ -234,6 +234,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.expect(200, "", "GET", "/vouchers/"+voucherID, "", nil, nil, valid)
 	c.expect(400, "invalid_argument", "GET", "/vouchers/abc", "", nil, nil, invalid)
 	c.expect(404, "not_found", "GET", "/vouchers/999999999999", "", nil, nil, valid)
+	_, page := c.expect(200, "", "GET", "/vouchers?limit=1", "", nil, nil, valid)
+	c.expect(200, "", "GET", "/vouchers?before="+str(page, "next_before"), "", nil, nil, valid)
+	c.expect(200, "", "GET", "/vouchers", "", nil, nil, valid)
+	c.expect(400, "invalid_argument", "GET", "/vouchers?limit=0", "", nil, nil, invalid)
 
 	// The sale: one unit, two buyers, and a third click over the bucket.
 	_, o := c.expect(200, "", "POST", "/seckill/"+voucherID, alice, nil, nil, valid)

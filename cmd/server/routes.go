@@ -108,6 +108,7 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// Vouchers (package voucher).
 	vouchers := voucher.NewHandler(a.vouchers, log)
 	r.POST("/vouchers", authn, admin, vouchers.Create)
+	r.GET("/vouchers", vouchers.List)
 	r.GET("/vouchers/:id", vouchers.Get)
 
 	// The sale, and the order's life after it (package order): paid
