@@ -11,23 +11,28 @@ import (
 	"seckill/internal/auth"
 )
 
+// realEnv is the least environment of the real stack.
+var realEnv = map[string]string{
+	"MYSQL_DSN":              "root:@tcp(127.0.0.1:3306)/seckill",
+	"REDIS_ADDR":             "127.0.0.1:6379",
+	"JWT_SECRET":             "0123456789abcdef0123456789abcdef", // 32 bytes, the least accepted
+	"PAYMENT_WEBHOOK_SECRET": "0123456789abcdef0123456789abcdef",
+}
+
+// withEnv is base with the pairs kv set (a copy).
+func withEnv(base map[string]string, kv ...string) map[string]string {
+	m := map[string]string{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
 func TestLoadConfig(t *testing.T) {
-	real := map[string]string{
-		"MYSQL_DSN":              "root:@tcp(127.0.0.1:3306)/seckill",
-		"REDIS_ADDR":             "127.0.0.1:6379",
-		"JWT_SECRET":             "0123456789abcdef0123456789abcdef", // 32 bytes, the least accepted
-		"PAYMENT_WEBHOOK_SECRET": "0123456789abcdef0123456789abcdef",
-	}
-	with := func(base map[string]string, kv ...string) map[string]string {
-		m := map[string]string{}
-		for k, v := range base {
-			m[k] = v
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
+	real, with := realEnv, withEnv
 	tests := []struct {
 		name    string
 		env     map[string]string

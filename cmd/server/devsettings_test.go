@@ -10,22 +10,7 @@ import (
 // ALLOW_DEV_SETTINGS_ON_NETWORK says every client is trusted; without
 // them nothing moves.
 func TestDevSettingsStayOnLoopback(t *testing.T) {
-	real := map[string]string{
-		"MYSQL_DSN":              "root:@tcp(127.0.0.1:3306)/seckill",
-		"REDIS_ADDR":             "127.0.0.1:6379",
-		"JWT_SECRET":             "0123456789abcdef0123456789abcdef",
-		"PAYMENT_WEBHOOK_SECRET": "0123456789abcdef0123456789abcdef",
-	}
-	with := func(base map[string]string, kv ...string) map[string]string {
-		m := map[string]string{}
-		for k, v := range base {
-			m[k] = v
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
+	real, with := realEnv, withEnv
 	tests := []struct {
 		name     string
 		env      map[string]string
