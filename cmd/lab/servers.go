@@ -30,6 +30,10 @@ func init() { redis.SetLogger(quietRedis{}) }
 // run.
 var errNoRedisServer = errors.New("needs redis-server on PATH (Debian: apt-get install redis-server)")
 
+// lookPath finds redis-server. The tests replace it to leave the
+// experiments that start servers out of a run of unit tests.
+var lookPath = exec.LookPath
+
 // redisProc is one redis-server of the lab's own.
 type redisProc struct {
 	bin  string
@@ -44,7 +48,7 @@ type redisProc struct {
 // line, and a client of it that never retries (a retry could run a lock
 // command twice).
 func startRedis(ctx context.Context, args ...string) (*redisProc, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := lookPath("redis-server")
 	if err != nil {
 		return nil, errNoRedisServer
 	}

@@ -703,6 +703,7 @@ func TestAPIVouchersAndOrders(t *testing.T) {
 // persistence, and returns its address and a function that kills it.
 func privateRedis(t *testing.T) (string, func()) {
 	t.Helper()
+	testenv.Integration(t, "redis-server")
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("SECKILL_REQUIRE_INTEGRATION") == "1" {

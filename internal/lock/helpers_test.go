@@ -76,6 +76,7 @@ type redisServer struct {
 // in 17000-17099, and stops them when the test ends.
 func startRedisServers(t testing.TB, n int) []*redisServer {
 	t.Helper()
+	testenv.Integration(t, "redis-server")
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		integration(t, "redis-server is not on PATH")

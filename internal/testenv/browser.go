@@ -9,8 +9,9 @@ import (
 
 // Browser starts a headless Chromium (Debian's chromium package) for the
 // test, with a profile of its own, and returns a chromedp context on one
-// tab; both end with the test. Without chromium the test is skipped, or
-// fails when SECKILL_REQUIRE_INTEGRATION=1.
+// tab; both end with the test. It is an integration test: skipped unless
+// Enabled, and without chromium skipped, or failed when
+// SECKILL_REQUIRE_INTEGRATION=1.
 func Browser(t testing.TB) context.Context {
 	t.Helper()
 	path := lookPath(t, "chromium")

@@ -27,8 +27,9 @@ const NodeTimeout = 1500 * time.Millisecond
 
 // StartCluster starts six cluster-enabled redis-servers, makes them one
 // cluster of three masters with a replica each, and waits until every
-// slot is served and every replica is in sync. Without redis-server and
-// redis-cli the test is skipped, or fails when SECKILL_REQUIRE_INTEGRATION=1.
+// slot is served and every replica is in sync. It is an integration test:
+// skipped unless Enabled, and without redis-server and redis-cli skipped,
+// or failed when SECKILL_REQUIRE_INTEGRATION=1.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	cli := lookPath(t, "redis-cli")

@@ -26,8 +26,9 @@ type EtcdServer struct {
 	proc *process
 }
 
-// StartEtcd starts an etcd and kills it when the test ends. Without etcd
-// the test is skipped, or fails when SECKILL_REQUIRE_INTEGRATION=1.
+// StartEtcd starts an etcd and kills it when the test ends. It is an
+// integration test: skipped unless Enabled, and without etcd skipped, or
+// failed when SECKILL_REQUIRE_INTEGRATION=1.
 func StartEtcd(t testing.TB) *EtcdServer {
 	t.Helper()
 	s := &EtcdServer{bin: lookPath(t, "etcd"), dir: tempDir(t, "seckill-etcd-")}

@@ -49,9 +49,9 @@ type MariaDB struct {
 }
 
 // StartMariaDB starts a fresh MariaDB server, with args added to its
-// command line, and kills it when the test ends. Without mariadbd and
-// mariadb-install-db the test is skipped, or fails when
-// SECKILL_REQUIRE_INTEGRATION=1.
+// command line, and kills it when the test ends. It is an integration
+// test: skipped unless Enabled, and without mariadbd and
+// mariadb-install-db skipped, or failed when SECKILL_REQUIRE_INTEGRATION=1.
 func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	t.Helper()
 	bin := lookPath(t, "mariadbd")
@@ -224,9 +224,9 @@ type RedisServer struct {
 }
 
 // StartRedis starts an empty redis-server, with args added to its command
-// line (e.g. "--maxmemory", "1mb"), and kills it when the test ends.
-// Without redis-server the test is skipped, or fails when
-// SECKILL_REQUIRE_INTEGRATION=1.
+// line (e.g. "--maxmemory", "1mb"), and kills it when the test ends. It
+// is an integration test: skipped unless Enabled, and without
+// redis-server skipped, or failed when SECKILL_REQUIRE_INTEGRATION=1.
 func StartRedis(t testing.TB, args ...string) *RedisServer {
 	t.Helper()
 	s := &RedisServer{bin: lookPath(t, "redis-server"), dir: tempDir(t, "seckill-redis-"), args: args}
@@ -420,8 +420,12 @@ func logTail(path string) string {
 
 // lookPath finds a server binary on PATH or in the sbin directories, which
 // are not on every user's PATH; it skips or fails the test without one.
+// It is where every Start function begins, so it first skips the test
+// unless integration tests are on: an installed binary is not a reason to
+// start it in a run of unit tests.
 func lookPath(t testing.TB, name string) string {
 	t.Helper()
+	Integration(t, name)
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}

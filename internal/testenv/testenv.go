@@ -1,17 +1,29 @@
-// Package testenv gives tests the real MySQL and Redis.
+// Package testenv gives tests the real MySQL and Redis, and servers of
+// their own.
 //
-// Integration tests read SECKILL_TEST_MYSQL_DSN (a go-sql-driver DSN; its
-// database name is ignored: every call makes a fresh database and drops it
-// afterwards) and SECKILL_TEST_REDIS_ADDR. When one is not set the test is
-// skipped, unless SECKILL_REQUIRE_INTEGRATION=1, when it fails: CI sets
-// that, so a missing server can never turn into a green run.
+// A test that needs nothing but Go (miniredis, SQLite, a handler driven
+// with httptest) is a unit test and always runs. Every other test is an
+// integration test, and the variables below say whether it runs:
 //
-// Those servers are shared with every package's tests. A test that kills a
-// server, restarts it or makes it read-only starts one of its own instead:
-// StartMariaDB and StartRedis (servers.go), under the same rule when the
-// binaries are missing. Package faultproxy puts a proxy between a client
-// and either kind of server, to cut, stall, slow or half-answer the
-// connections while a sale runs.
+//   - SECKILL_TEST_MYSQL_DSN (a go-sql-driver DSN; its database name is
+//     ignored: every call makes a fresh database and drops it afterwards)
+//     and SECKILL_TEST_REDIS_ADDR name the shared servers. A test that
+//     needs one is skipped, naming the variable, when it is not set.
+//   - SECKILL_INTEGRATION=1, or either address set, also runs the tests
+//     that start processes of their own: redis-server, mariadbd, etcd,
+//     ZooKeeper, Redis Cluster and Sentinel, headless Chromium. Without
+//     it they are skipped, naming the variable, even where the binaries
+//     are installed: starting them is what made a plain `go test ./...`
+//     take minutes.
+//   - SECKILL_REQUIRE_INTEGRATION=1 turns every such skip into a failure:
+//     CI sets it with both addresses, so a missing server or binary can
+//     never turn into a green run.
+//
+// The shared servers serve every package's tests at once. A test that kills
+// a server, restarts it or makes it read-only starts one of its own
+// instead: StartMariaDB and StartRedis (servers.go). Package faultproxy
+// puts a proxy between a client and either kind of server, to cut, stall,
+// slow or half-answer the connections while a sale runs.
 package testenv
 
 import (
@@ -33,6 +45,30 @@ import (
 	"seckill/migrations"
 )
 
+// Enabled reports whether this run includes integration tests: with
+// SECKILL_INTEGRATION=1 or SECKILL_REQUIRE_INTEGRATION=1, or when a shared
+// server's address is set (whoever names a server means to test against
+// it).
+func Enabled() bool {
+	return os.Getenv("SECKILL_INTEGRATION") == "1" || Required() ||
+		os.Getenv("SECKILL_TEST_MYSQL_DSN") != "" || os.Getenv("SECKILL_TEST_REDIS_ADDR") != ""
+}
+
+// Required reports whether SECKILL_REQUIRE_INTEGRATION=1: a test that
+// cannot get what it needs then fails instead of skipping.
+func Required() bool { return os.Getenv("SECKILL_REQUIRE_INTEGRATION") == "1" }
+
+// Integration skips t unless Enabled. what names the process t would
+// start ("redis-server"), so that the skip says what was left out and
+// which variable brings it back. Every Start function calls it first;
+// tests that start a process without them call it themselves.
+func Integration(t testing.TB, what string) {
+	t.Helper()
+	if !Enabled() {
+		t.Skipf("integration test (starts %s): set SECKILL_INTEGRATION=1 to run it", what)
+	}
+}
+
 // need returns the variable's value, or skips or fails the test without it.
 func need(t testing.TB, name string) string {
 	t.Helper()
@@ -47,7 +83,7 @@ func need(t testing.TB, name string) string {
 // SECKILL_REQUIRE_INTEGRATION=1.
 func unavailable(t testing.TB, missing string) {
 	t.Helper()
-	if os.Getenv("SECKILL_REQUIRE_INTEGRATION") == "1" {
+	if Required() {
 		t.Fatalf("%s and SECKILL_REQUIRE_INTEGRATION=1", missing)
 	}
 	t.Skipf("%s; skipping integration test", missing)

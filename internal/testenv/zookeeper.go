@@ -35,12 +35,13 @@ type ZooKeeperServer struct {
 // setting: zkServer.sh passes SERVER_JVMFLAGS to the JVM.
 const containerCheck = "-Dznode.container.checkIntervalMs=100"
 
-// StartZooKeeper starts a ZooKeeper and kills it when the test ends.
-// Without Debian's zookeeper package the test is skipped, or fails when
-// SECKILL_REQUIRE_INTEGRATION=1.
+// StartZooKeeper starts a ZooKeeper and kills it when the test ends. It is
+// an integration test: skipped unless Enabled, and without Debian's
+// zookeeper package skipped, or failed when SECKILL_REQUIRE_INTEGRATION=1.
 func StartZooKeeper(t testing.TB) *ZooKeeperServer {
 	t.Helper()
 	const script = "/usr/share/zookeeper/bin/zkServer.sh"
+	Integration(t, "ZooKeeper")
 	if _, err := os.Stat(script); err != nil {
 		unavailable(t, "zookeeper is not installed ("+script+")")
 	}
@@ -94,6 +95,7 @@ func (s *ZooKeeperServer) start(port int) (*process, error) {
 func StartZooKeeperEnsemble(t testing.TB, n int) []*ZooKeeperServer {
 	t.Helper()
 	const script = "/usr/share/zookeeper/bin/zkServer.sh"
+	Integration(t, "ZooKeeper")
 	if _, err := os.Stat(script); err != nil {
 		unavailable(t, "zookeeper is not installed ("+script+")")
 	}
