@@ -153,26 +153,43 @@ func TestBlockingCommandsGoAlone(t *testing.T) {
 
 // A caller whose context ends while every sender is busy leaves without
 // its command ever being sent.
+//
+// The sender stays busy until the test has seen the caller leave: its
+// script spins until SCRIPT KILL, not for a set time, so a loaded machine
+// that is slow to reach the INCR cannot find the sender free. (It spun for
+// 500 ms before, which a stalled test could outlast.) The server answers
+// SCRIPT KILL once a script has run for lua-time-limit, here 100 ms.
 func TestContextEndsBeforeSending(t *testing.T) {
-	srv := testenv.StartRedis(t)
+	srv := testenv.StartRedis(t, "--lua-time-limit", "100")
 	rdb, _ := attach(t, srv, 1)
+	direct := srv.Client(t)
 	out := watch(rdb, "eval")
 	ctx := context.Background()
-	// The one sender is busy for 500 ms with a script that spins.
-	slow := redis.NewScript(`local t = redis.call('TIME'); local s = tonumber(t[1]) * 1e6 + tonumber(t[2])
-while true do t = redis.call('TIME'); if tonumber(t[1]) * 1e6 + tonumber(t[2]) - s > 500000 then return 1 end end`)
+	// Until killed, or 30 s should the kill never come.
+	spin := redis.NewScript(`local t = redis.call('TIME'); local s = tonumber(t[1])
+while true do t = redis.call('TIME'); if tonumber(t[1]) - s > 30 then return 1 end end`)
 	busy := make(chan error, 1)
-	go func() { busy <- slow.Eval(ctx, rdb, []string{"x"}).Err() }()
+	go func() { busy <- spin.Eval(ctx, rdb, []string{"x"}).Err() }()
 	<-out["eval"] // the sender is sending it
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if err := rdb.Incr(short, "never").Err(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("INCR with the sender busy: %v, want the deadline", err)
 	}
-	if err := <-busy; err != nil {
-		t.Fatal(err)
+	// NOTBUSY: the script has not started yet, or not run for 100 ms.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := direct.ScriptKill(ctx).Err()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "NOTBUSY") || time.Now().After(deadline) {
+			t.Fatalf("SCRIPT KILL: %v", err)
+		}
 	}
-	if v, err := rdb.Get(ctx, "never").Result(); !errors.Is(err, redis.Nil) {
+	if err := <-busy; err == nil {
+		t.Fatal("the script ended on its own, not killed")
+	}
+	if v, err := direct.Get(ctx, "never").Result(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("the abandoned INCR ran: %q %v", v, err)
 	}
 }
