@@ -271,6 +271,15 @@ func TestOpenAPIResponses(t *testing.T) {
 		t.Errorf("replay of one unknown ID: %v", r)
 	}
 
+	// The simulated crowd, on a server that has it: started, then refused
+	// while it runs (one user at one press a second: two seconds), and a
+	// crowd of no one refused.
+	crowd := contract{t: t, base: start(t, st.env(freeAddr(t), "LIVE_CROWD", "true")).Base, router: router}
+	crowd.expect(202, "", "POST", "/live/"+voucherID+"/crowd", admin, map[string]int{"users": 1, "rate": 1}, nil, valid)
+	crowd.expect(429, "busy", "POST", "/live/"+voucherID+"/crowd", admin, nil, nil, valid)
+	crowd.expect(400, "invalid_argument", "POST", "/live/"+voucherID+"/crowd", admin, map[string]int{"users": 0}, nil, invalid)
+	c.expect(403, "forbidden", "POST", "/live/"+voucherID+"/crowd", admin, nil, nil, valid)
+
 	// The document itself.
 	h, _ = c.expect(200, "", "GET", "/openapi.yaml", "", nil, nil, valid)
 	if ct := h.Get("Content-Type"); ct != "application/yaml" {

@@ -153,3 +153,18 @@ func percentile(lat [latencyBuckets]int64, p float64) float64 {
 	}
 	return boundMS(latencyBuckets - 1)
 }
+
+// crowdKey counts the simulated crowds' users ever handed out, by every
+// instance that shares the Redis: the next crowd's users are the next
+// numbers (Crowd.Start's reserve).
+const crowdKey = "seckill:live:crowd:users"
+
+// reserveCrowd hands out n crowd user numbers no crowd had before (until
+// Redis forgets the count) and returns the first.
+func (s *Source) reserveCrowd(ctx context.Context, n int) (int, error) {
+	end, err := s.rdb.IncrBy(ctx, crowdKey, int64(n)).Result()
+	if err != nil {
+		return 0, err
+	}
+	return int((end - int64(n)) % crowdPhones), nil
+}

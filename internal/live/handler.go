@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -152,18 +153,27 @@ func (h *Handler) StartCrowd(c *gin.Context) {
 		web.Error(c, h.log, apperr.New(apperr.Forbidden, "the simulated crowd is off on this server (LIVE_CROWD=true turns it on)"))
 		return
 	}
+	// The body is optional: none, or an empty one however sent (a
+	// client may send even an empty body chunked, without a length),
+	// asks for the defaults.
+	body, ok := web.Body(c)
+	if !ok {
+		return
+	}
 	var in CrowdInput
-	if c.Request.ContentLength != 0 && !web.BindJSON(c, &in) {
+	if len(body) > 0 && json.Unmarshal(body, &in) != nil {
+		web.Error(c, h.log, apperr.Invalid("request body must be one JSON object of the documented shape"))
 		return
 	}
 	if _, err := h.src.vouchers.Find(c.Request.Context(), id); err != nil {
 		web.Error(c, h.log, err)
 		return
 	}
-	in, err := h.crowd.Start(id, in)
+	st, err := h.crowd.Start(c.Request.Context(), id, in, h.src.reserveCrowd)
 	if err != nil {
 		web.Error(c, h.log, err)
 		return
 	}
-	web.JSON(c, http.StatusAccepted, gin.H{"voucher": strconv.FormatInt(id, 10), "users": in.Users, "rate": in.Rate})
+	web.JSON(c, http.StatusAccepted, gin.H{"voucher": strconv.FormatInt(id, 10), "users": st.Users, "rate": st.Rate,
+		"first_phone": crowdPhone(st.First), "last_phone": crowdPhone(st.First + st.Users - 1)})
 }
