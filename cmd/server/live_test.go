@@ -26,6 +26,10 @@ const readPage = `(() => {
     initial: t("initial"), holds: document.getElementById("invariant").dataset.holds,
     ok: t("total-ok"), sold_out: t("total-sold_out"), already: t("total-already_ordered"),
     busy: t("total-busy"), p99: t("p99"), queue: t("queue"), crowd: t("crowd-message"),
+    chart: t("chart-label"), chart_px: getComputedStyle(document.getElementById("chart-label")).fontSize,
+    note: t("answers-note"), picked: document.getElementById("picker").value,
+    picker: [...document.getElementById("picker").options].map((o) => o.value).join(" "),
+    path: location.pathname + location.hash,
   };
 })()`
 
@@ -72,8 +76,12 @@ func count(s string) int {
 // The live page, in a real browser, follows a sale to its end: the units
 // left in Redis and MySQL reach 0, the orders the stock, the invariant
 // stays green, and the answers it counts are the answers the buyers got.
-// Then its button starts the simulated crowd on a second voucher, and the
-// page shows that sale sell out too. A screenshot is saved.
+// Its chart's caption is read at the page's size, and names no peak before
+// a sale; a note says how far the answers trail the stock. Then its button
+// starts the simulated crowd on a second voucher, with a token pasted as
+// "Bearer ...", and the page shows that sale sell out too; a second crowd
+// is new users. Its picker lists both vouchers and opens the one chosen.
+// A screenshot is saved.
 func TestLivePage(t *testing.T) {
 	browser := testenv.Browser(t)
 	st := newStack(t, 4)
@@ -85,9 +93,18 @@ func TestLivePage(t *testing.T) {
 	if _, err := browse(browser, chromedp.Navigate(in.Base+"/live/"+vid+"#token="+admin)); err != nil {
 		t.Fatal(err)
 	}
-	waitPage(t, browser, 5*time.Second, func(s shown) bool {
+	before := waitPage(t, browser, 5*time.Second, func(s shown) bool {
 		return s["status"] == "live" && s["initial"] == strconv.Itoa(stock) && s["redis"] == strconv.Itoa(stock) && s["holds"] == "true"
 	})
+	if before["chart"] != "bought per second, last 60 s: nothing sold in that time" {
+		t.Errorf("chart caption before any sale: %q, want no peak", before["chart"])
+	}
+	if px, err := strconv.ParseFloat(strings.TrimSuffix(before["chart_px"], "px"), 64); err != nil || px < 12 {
+		t.Errorf("chart caption's font size %q, want 12px or more", before["chart_px"])
+	}
+	if !strings.HasPrefix(before["note"], "Answers up to ") || !strings.Contains(before["note"], "once a second") {
+		t.Errorf("the answers' note: %q, want the second they stop at, and why", before["note"])
+	}
 
 	users := loginMany(t, in.Base, 100)
 	var l ledger
@@ -116,6 +133,7 @@ func TestLivePage(t *testing.T) {
 	if final["queue"] != "none" {
 		t.Errorf("queue in sync mode: %q, want none", final["queue"])
 	}
+	waitPage(t, browser, 5*time.Second, func(s shown) bool { return strings.HasPrefix(s["chart"], "bought per second, last 60 s: peak ") })
 	shot, err := browse(browser, chromedp.FullScreenshot(90))
 	if err != nil {
 		t.Fatal(err)
@@ -132,17 +150,36 @@ func TestLivePage(t *testing.T) {
 	if _, err := browse(browser, chromedp.Navigate(in.Base+"/live/"+vid2+"#token="+admin)); err != nil {
 		t.Fatal(err)
 	}
-	waitPage(t, browser, 5*time.Second, func(s shown) bool { return s["status"] == "live" && s["initial"] == strconv.Itoa(crowdStock) })
-	// The button, pressed as a user would: by a click event on it.
-	press := `document.getElementById("users").value = "80"; document.getElementById("crowd").click(); true`
+	waitPage(t, browser, 5*time.Second, func(s shown) bool {
+		return s["status"] == "live" && s["initial"] == strconv.Itoa(crowdStock) && s["picked"] == vid2 && s["picker"] == vid2+" "+vid
+	})
+	// The button, pressed as a user would: by a click event on it, with
+	// the token pasted as an Authorization header's value.
+	press := `document.getElementById("token").value = " Bearer ` + admin + `"; document.getElementById("users").value = "80"; document.getElementById("crowd").click(); true`
 	if _, err := browse(browser, chromedp.Evaluate[bool](press)); err != nil {
 		t.Fatal(err)
 	}
 	crowd := waitPage(t, browser, 20*time.Second, func(s shown) bool {
 		return s["redis"] == "0" && s["mysql"] == "0" && s["orders"] == strconv.Itoa(crowdStock) && count(s["ok"]) == crowdStock
 	})
-	if crowd["holds"] != "true" || crowd["crowd"] != "a crowd of 80 users is buying, 1000 presses a second" {
+	if crowd["holds"] != "true" || crowd["crowd"] != "a crowd of 80 new users (phones 10000000000 to 10000000079) is buying, 1000 presses a second" {
 		t.Errorf("after the crowd: %v", crowd)
+	}
+	// A second crowd is 80 other users: pressed until the first is done
+	// (meanwhile it is refused, and the page says why).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := browse(browser, chromedp.Evaluate[bool](`document.getElementById("crowd").click(); true`)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		s := waitPage(t, browser, 5*time.Second, func(s shown) bool { return s["crowd"] != "starting…" })
+		if s["crowd"] == "a crowd of 80 new users (phones 10000000080 to 10000000159) is buying, 1000 presses a second" {
+			break
+		}
+		if !strings.HasPrefix(s["crowd"], "429: a crowd is already buying this voucher") || time.Now().After(deadline) {
+			t.Fatalf("the second crowd: %q", s["crowd"])
+		}
 	}
 	db := testenv.Open(t, st.DSN)
 	s := waitRest(t, db, testenv.Redis(t, 4), vid2, 5*time.Second)
@@ -150,12 +187,27 @@ func TestLivePage(t *testing.T) {
 	// The crowd's users have phones no one can have (100 and then eight
 	// digits), never a carrier's: on a real server the crowd would sign
 	// real people up and spend their one order.
+	// The two crowds are 160 users.
 	var crowdUsers, others int64
-	db.Raw("SELECT COUNT(*) FROM users WHERE phone LIKE '100%'").Row().Scan(&crowdUsers)
-	db.Raw("SELECT COUNT(*) FROM users WHERE phone NOT LIKE '100%' AND phone <> ?", adminPhone).Row().Scan(&others)
-	if crowdUsers != 80 || others != int64(len(users)) {
-		t.Errorf("users: %d with phones 100..., %d others; want the crowd's 80 and the test's %d", crowdUsers, others, len(users))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		db.Raw("SELECT COUNT(*) FROM users WHERE phone LIKE '100%'").Row().Scan(&crowdUsers)
+		if crowdUsers >= 160 || time.Now().After(deadline) {
+			break
+		}
 	}
+	db.Raw("SELECT COUNT(*) FROM users WHERE phone NOT LIKE '100%' AND phone <> ?", adminPhone).Row().Scan(&others)
+	if crowdUsers != 160 || others != int64(len(users)) {
+		t.Errorf("users: %d with phones 100..., %d others; want the two crowds' 160 and the test's %d", crowdUsers, others, len(users))
+	}
+
+	// The picker opens the first voucher's page, the token kept.
+	choose := `const p = document.getElementById("picker"); p.value = "` + vid + `"; p.dispatchEvent(new Event("change")); true`
+	if _, err := browse(browser, chromedp.Evaluate[bool](choose)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, browser, 5*time.Second, func(s shown) bool {
+		return s["path"] == "/live/"+vid+"#token="+admin && s["status"] == "live" && s["initial"] == strconv.Itoa(stock)
+	})
 
 	// Without LIVE_CROWD, or without an admin token, the button is refused.
 	other := start(t, st.env(freeAddr(t)))
