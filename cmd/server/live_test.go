@@ -96,7 +96,7 @@ func TestLivePage(t *testing.T) {
 	before := waitPage(t, browser, 5*time.Second, func(s shown) bool {
 		return s["status"] == "live" && s["initial"] == strconv.Itoa(stock) && s["redis"] == strconv.Itoa(stock) && s["holds"] == "true"
 	})
-	if before["chart"] != "bought per second, last 60 s: nothing sold in that time" {
+	if before["chart"] != "bought per second, of the last 60 s this page watched: nothing sold" {
 		t.Errorf("chart caption before any sale: %q, want no peak", before["chart"])
 	}
 	if px, err := strconv.ParseFloat(strings.TrimSuffix(before["chart_px"], "px"), 64); err != nil || px < 12 {
@@ -133,7 +133,7 @@ func TestLivePage(t *testing.T) {
 	if final["queue"] != "none" {
 		t.Errorf("queue in sync mode: %q, want none", final["queue"])
 	}
-	waitPage(t, browser, 5*time.Second, func(s shown) bool { return strings.HasPrefix(s["chart"], "bought per second, last 60 s: peak ") })
+	waitPage(t, browser, 5*time.Second, func(s shown) bool { return strings.HasPrefix(s["chart"], "bought per second, of the last 60 s this page watched: peak ") })
 	shot, err := browse(browser, chromedp.FullScreenshot(90))
 	if err != nil {
 		t.Fatal(err)
