@@ -373,6 +373,7 @@ func TestSVGTimelines(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(dir, name+".svg"))
 			if errors.Is(err, os.ErrNotExist) && strings.Contains(skipped, name) {
+				testenv.Integration(t, "redis-server") // says which variable draws it
 				t.Skip(skipped)
 			}
 			if err != nil {

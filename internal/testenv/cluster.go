@@ -32,6 +32,7 @@ const NodeTimeout = 1500 * time.Millisecond
 // or failed when SECKILL_REQUIRE_INTEGRATION=1.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	Integration(t, "a Redis Cluster of six redis-servers")
 	cli := lookPath(t, "redis-cli")
 	c := &Cluster{}
 	args := []string{"create"}

@@ -35,6 +35,7 @@ type Sentinel struct {
 // master, its replica and each other: only then can they fail it over.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	Integration(t, "Redis Sentinel: two redis-servers, three sentinels")
 	// Without the delay a master waits five seconds for more replicas
 	// before it sends the first one its data.
 	master := StartRedis(t, "--repl-diskless-sync-delay", "0")
