@@ -133,7 +133,9 @@ func TestLivePage(t *testing.T) {
 	if final["queue"] != "none" {
 		t.Errorf("queue in sync mode: %q, want none", final["queue"])
 	}
-	waitPage(t, browser, 5*time.Second, func(s shown) bool { return strings.HasPrefix(s["chart"], "bought per second, of the last 60 s this page watched: peak ") })
+	waitPage(t, browser, 5*time.Second, func(s shown) bool {
+		return strings.HasPrefix(s["chart"], "bought per second, of the last 60 s this page watched: peak ")
+	})
 	shot, err := browse(browser, chromedp.FullScreenshot(90))
 	if err != nil {
 		t.Fatal(err)
