@@ -19,16 +19,20 @@ import (
 )
 
 // readPage is what the live page shows, read off its elements.
+//
+// An element may be missing: read while the picker opens another page, the
+// document is the new one's, not yet parsed.
 const readPage = `(() => {
-  const t = (id) => (document.getElementById(id) || {}).textContent || "";
+  const e = (id) => document.getElementById(id) || { textContent: "", dataset: {}, value: "", options: [] };
+  const t = (id) => e(id).textContent || "";
   return {
     status: t("status"), redis: t("redis-left"), mysql: t("mysql-left"), orders: t("orders"),
-    initial: t("initial"), holds: document.getElementById("invariant").dataset.holds,
+    initial: t("initial"), holds: e("invariant").dataset.holds || "",
     ok: t("total-ok"), sold_out: t("total-sold_out"), already: t("total-already_ordered"),
     busy: t("total-busy"), p99: t("p99"), queue: t("queue"), crowd: t("crowd-message"),
-    chart: t("chart-label"), chart_px: getComputedStyle(document.getElementById("chart-label")).fontSize,
-    note: t("answers-note"), picked: document.getElementById("picker").value,
-    picker: [...document.getElementById("picker").options].map((o) => o.value).join(" "),
+    chart: t("chart-label"), chart_px: document.getElementById("chart-label") ? getComputedStyle(e("chart-label")).fontSize : "",
+    note: t("answers-note"), picked: e("picker").value,
+    picker: [...e("picker").options].map((o) => o.value).join(" "),
     path: location.pathname + location.hash,
   };
 })()`
@@ -207,9 +211,17 @@ func TestLivePage(t *testing.T) {
 	if _, err := browse(browser, chromedp.Evaluate[bool](choose)); err != nil {
 		t.Fatal(err)
 	}
-	waitPage(t, browser, 5*time.Second, func(s shown) bool {
-		return s["path"] == "/live/"+vid+"#token="+admin && s["status"] == "live" && s["initial"] == strconv.Itoa(stock)
-	})
+	// Until the new page is loaded, a reading may fail (the old page's
+	// context is gone): read again.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		s, err := browse(browser, chromedp.Evaluate[map[string]string](readPage))
+		if err == nil && s["path"] == "/live/"+vid+"#token="+admin && s["status"] == "live" && s["initial"] == strconv.Itoa(stock) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the picker did not open voucher %s's page within 5s: %v (%v)", vid, s, err)
+		}
+	}
 
 	// Without LIVE_CROWD, or without an admin token, the button is refused.
 	other := start(t, st.env(freeAddr(t)))
