@@ -6,6 +6,10 @@
 // seckill path asks Find for a voucher's window on every request; Find
 // answers from memory (vouchers never change once created) so that a sale's
 // hot path does not touch MySQL at all.
+//
+// GET /vouchers lists them a page at a time (Service.List): one query for
+// the page, and one Redis pipeline for the stock of every voucher on it,
+// so a page costs two round trips however long it is.
 package voucher
 
 import (
