@@ -9,10 +9,8 @@
 -- ARGV[1] the address's free wrong guesses, before any wait
 -- ARGV[2] 1 while many guesses fail everywhere (an attack): the free
 --         guesses are gone
--- ARGV[3] the attempts in flight at once of an address with no wrong
---         guess counted
--- ARGV[4] this attempt's ID
--- ARGV[5] how long an attempt counts as in flight at most, in ms (one
+-- ARGV[3] this attempt's ID
+-- ARGV[4] how long an attempt counts as in flight at most, in ms (one
 --         whose instance died is then forgotten)
 --
 -- Returns {ADMITTED}, {WAIT, ms} or {AT_ONCE, ms} (see limits.go).
@@ -20,12 +18,12 @@
 -- Only wrong guesses are counted (settle_guess.lua, once the phone's
 -- script has compared the code): a right code never makes an address
 -- wait, which matters behind a carrier's NAT. What keeps attempts at once
--- from all slipping past a gate that the first wrong one would close is
--- the cap on attempts in flight: an address with wrong guesses counted
--- may have only as many at once as it has free guesses left (at least
--- one); one with none, ARGV[3] (many users logging in behind one
--- address, or a load test's users). Both in one slot: the keys share the
--- address's hash tag.
+-- from all slipping past a gate that the first wrong ones would close is
+-- the cap on attempts in flight: an address may have only as many at
+-- once as it has free guesses left (at least one; one during an attack).
+-- Were all of them wrong, the count would reach the free ones and one
+-- more, as if they had come one by one. Both keys in one slot: they
+-- share the address's hash tag.
 local ADMITTED, WAIT, AT_ONCE = 0, 1, 2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -40,15 +38,11 @@ local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 if untilMs > now and n > free then
   return {WAIT, untilMs - now}
 end
-local stale = tonumber(ARGV[5])
+local stale = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - stale)
-local allowed = tonumber(ARGV[3])
-if n > 0 then
-  allowed = math.max(free - n + 1, 1)
-end
-if redis.call('ZCARD', KEYS[2]) >= allowed then
+if redis.call('ZCARD', KEYS[2]) >= math.max(free - n + 1, 1) then
   return {AT_ONCE, 1000}
 end
-redis.call('ZADD', KEYS[2], now, ARGV[4])
+redis.call('ZADD', KEYS[2], now, ARGV[3])
 redis.call('PEXPIRE', KEYS[2], stale)
 return {ADMITTED}

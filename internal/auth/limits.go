@@ -205,14 +205,12 @@ const (
 )
 
 const (
-	// attemptsAtOnce is how many login attempts an address with no wrong
-	// guess counted may have in flight: many users behind one carrier
-	// NAT, or a load test's users logging in from one machine. Once it
-	// has guessed wrong, only as many as its free guesses left.
-	attemptsAtOnce = 64
 	// attemptFor is how long an attempt counts as in flight at most: one
 	// whose instance died before settling it is then forgotten.
 	attemptFor = 30 * time.Second
+	// settleFor bounds the settling of an attempt, which runs even when
+	// the client has gone: a wrong guess whose client hung up must count.
+	settleFor = 2 * time.Second
 )
 
 // phoneKeys are the Redis keys of one phone's login, as seen from one
@@ -343,7 +341,7 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 	if trust.Val() == 0 {
 		attempt = rand.Text()
 		res, err := admitGuessScript.Run(ctx, s.rdb, addrGuessKeys(addr),
-			s.limits.FreeGuessesPerAddr, attack, attemptsAtOnce, attempt, attemptFor.Milliseconds()).Int64Slice()
+			s.limits.FreeGuessesPerAddr, attack, attempt, attemptFor.Milliseconds()).Int64Slice()
 		if err != nil {
 			return apperr.Down(fmt.Errorf("admit a login of %s: %w", addr, err))
 		}
@@ -360,13 +358,21 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 	res, err := checkCodeScript.Run(ctx, s.rdb, []string{k.codes, k.pair, k.trust, k.failed},
 		code, s.limits.FreeGuesses, attack, firstDelay.Milliseconds(), s.limits.MaxGuessDelay.Milliseconds(),
 		forgetAfter.Milliseconds(), s.limits.PhoneGuessesPerHour, hour.Milliseconds(), s.limits.TrustFor.Milliseconds()).Int64Slice()
+	if s.afterCheck != nil {
+		s.afterCheck()
+	}
 	// Whether the script ran is unknown when it failed: the address's
 	// count then takes it as a wrong guess, erring on the side of
 	// counting.
 	wrong := err != nil || (len(res) == 2 && res[0] == checkWrong)
 	if attempt != "" {
-		serr := settleGuessScript.Run(ctx, s.rdb, addrGuessKeys(addr), attempt, b2i(wrong), s.limits.FreeGuessesPerAddr, attack,
+		// Not on the request's context: a client that hangs up once its
+		// guess was compared must not take the count (and the attempt's
+		// place in flight) away with it.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleFor)
+		serr := settleGuessScript.Run(sctx, s.rdb, addrGuessKeys(addr), attempt, b2i(wrong), s.limits.FreeGuessesPerAddr, attack,
 			firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Err()
+		cancel()
 		// A wrong guess the address did not count would be a guess for
 		// free: refused. A login that matched stands (its code is
 		// spent); its attempt is forgotten after attemptFor.

@@ -567,30 +567,34 @@ func TestAddrDelays(t *testing.T) {
 		expectWrong(t, raised, testPhone(t, raised), "000000", addr)
 	})
 
-	// Once an address has guessed wrong, it may have only as many
-	// attempts in flight as it has free guesses left: guesses at once
-	// cannot all slip past the wait the first of them would set. In all,
-	// the free ones and one more.
+	// An address may have only as many attempts in flight as it has free
+	// guesses left: guesses at once cannot all slip past the wait the
+	// first of them would set. In all, the free ones and one more, from a
+	// clean address as from one that guessed wrong before.
 	t.Run("guesses at once over many phones: the free ones and one more", func(t *testing.T) {
-		addr := testAddr(t, s)
-		expectWrong(t, s, testPhone(t, s), "000000", addr)
-		phones := make(chan string, 20)
-		for range 20 {
-			phones <- testPhone(t, s)
-		}
-		got := together(20, func() error { return login(s, <-phones, "000000", addr) })
-		if got[ErrWrongCode] != l.FreeGuessesPerAddr || got[ErrAddrGuessTooSoon]+got[ErrAddrAtOnce] != 20-l.FreeGuessesPerAddr {
-			t.Errorf("answers %v, want %d wrong (with the first, the free ones and one more), the rest refused", got, l.FreeGuessesPerAddr)
+		for _, before := range []int{0, 1} {
+			addr := testAddr(t, s)
+			for range before {
+				expectWrong(t, s, testPhone(t, s), "000000", addr)
+			}
+			phones := make(chan string, 20)
+			for range 20 {
+				phones <- testPhone(t, s)
+			}
+			got := together(20, func() error { return login(s, <-phones, "000000", addr) })
+			if want := l.FreeGuessesPerAddr + 1 - before; got[ErrWrongCode] != want || got[ErrAddrGuessTooSoon]+got[ErrAddrAtOnce] != 20-want {
+				t.Errorf("%d wrong before: answers %v, want %d wrong (in all the free ones and one more), the rest refused", before, got, want)
+			}
 		}
 	})
 
-	// An address that never guessed wrong (many users behind one NAT, a
-	// load test) may have attemptsAtOnce in flight, right codes and wrong
-	// alike; past them it is told to come back in a second. No login of
-	// it is refused for a wait.
-	t.Run("logins at once from a clean address", func(t *testing.T) {
+	// Right codes at once from one address (many users behind one NAT, a
+	// load test's logins) are never made to wait: past the attempts the
+	// address may have in flight, they are told to come back in a second.
+	// The cap at the gate: attempts admitted and not yet settled.
+	t.Run("logins at once from one address", func(t *testing.T) {
 		addr := testAddr(t, s)
-		const n = attemptsAtOnce + 16
+		const n = 40
 		phones := make(chan [2]string, n)
 		for range n {
 			phone := testPhone(t, s)
@@ -600,19 +604,38 @@ func TestAddrDelays(t *testing.T) {
 		if got[nil] < 1 || got[nil]+got[ErrAddrAtOnce] != n {
 			t.Errorf("answers %v, want logins, and at most told to come back", got)
 		}
-		// The cap itself, at the gate: attempts admitted and not yet
-		// settled.
 		gate := testAddr(t, s)
-		for i := range attemptsAtOnce + 1 {
+		for i := range l.FreeGuessesPerAddr + 2 {
 			res, err := admitGuessScript.Run(context.Background(), s.rdb, addrGuessKeys(gate),
-				l.FreeGuessesPerAddr, 0, attemptsAtOnce, fmt.Sprint("a", i), attemptFor.Milliseconds()).Int64Slice()
+				l.FreeGuessesPerAddr, 0, fmt.Sprint("a", i), attemptFor.Milliseconds()).Int64Slice()
 			want := []int64{admitted}
-			if i == attemptsAtOnce {
+			if i == l.FreeGuessesPerAddr+1 {
 				want = []int64{admitAtOnce, 1000}
 			}
 			if err != nil || fmt.Sprint(res) != fmt.Sprint(want) {
 				t.Fatalf("attempt %d in flight: %v %v, want %v", i+1, res, err, want)
 			}
+		}
+	})
+
+	// A client that hangs up once its guess was compared does not take
+	// the count with it: the attempt is settled all the same.
+	t.Run("a wrong guess whose client hung up counts", func(t *testing.T) {
+		addr := testAddr(t, s)
+		phone := testPhone(t, s)
+		ctx, cancel := context.WithCancel(context.Background())
+		s.afterCheck = cancel
+		_, _, err := s.Login(ctx, phone, "000000", addr)
+		s.afterCheck = nil
+		if !errors.Is(err, ErrWrongCode) && !errors.Is(err, context.Canceled) {
+			t.Fatalf("login cancelled after the check: %v", err)
+		}
+		keys := addrGuessKeys(addr)
+		if n, err := s.rdb.HGet(context.Background(), keys[0], "n").Int(); err != nil || n != 1 {
+			t.Errorf("the address's count after the hang-up: %d, %v; want 1", n, err)
+		}
+		if left, err := s.rdb.ZCard(context.Background(), keys[1]).Result(); err != nil || left != 0 {
+			t.Errorf("attempts still in flight after the hang-up: %d, %v; want 0", left, err)
 		}
 	})
 }
@@ -693,6 +716,18 @@ func TestAttack(t *testing.T) {
 		expectWrong(t, s, phone, wrongCode(code), owner)
 	}
 	expectLogin(t, s, phone, code, owner)
+
+	// Guesses at once from a new address: one in flight at a time, and
+	// one wrong guess in all.
+	burst := testAddr(t, s)
+	phones := make(chan string, 20)
+	for range 20 {
+		phones <- testPhone(t, s)
+	}
+	got := together(20, func() error { return login(s, <-phones, "000000", burst) })
+	if got[ErrWrongCode] != 1 || got[ErrAddrGuessTooSoon]+got[ErrAddrAtOnce] != 19 {
+		t.Errorf("guesses at once during an attack: %v, want 1 wrong, the rest refused", got)
+	}
 }
 
 // together runs f n times at once and counts its answers by sentinel.

@@ -41,6 +41,9 @@ type Service struct {
 	admins map[string]bool
 	sender Sender
 	limits Limits
+	// afterCheck, in tests, runs once the phone's script has compared a
+	// code: a client hanging up at that moment.
+	afterCheck func()
 }
 
 // NewService returns a Service; admins are the phones that log in as

@@ -128,8 +128,24 @@ func login(ctx context.Context, cl *http.Client, base, phone string) (string, er
 	var in struct {
 		Token string `json:"token"`
 	}
-	if err := call(ctx, cl, http.MethodPost, base+"/auth/login", "", map[string]string{"phone": phone, "code": sent.Code}, http.StatusOK, &in); err != nil {
-		return "", err
+	// An address may have only a few logins in flight at once (the
+	// server's limit on guessing from one address): past them it answers
+	// 429 with Retry-After, and this tool, logging everyone in from one
+	// address, comes back then.
+	for try := 0; ; try++ {
+		err := call(ctx, cl, http.MethodPost, base+"/auth/login", "", map[string]string{"phone": phone, "code": sent.Code}, http.StatusOK, &in)
+		var st *statusError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &st) || st.status != http.StatusTooManyRequests || try == 30 || st.retryAfter > 5*time.Second {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(st.retryAfter):
+		}
 	}
 	if in.Token == "" {
 		return "", errors.New("POST /auth/login answered no token")
@@ -152,8 +168,9 @@ func buyOnce(ctx context.Context, cl *http.Client, base, token, voucherID string
 }
 
 type statusError struct {
-	status int
-	body   []byte
+	status     int
+	body       []byte
+	retryAfter time.Duration // a 429's Retry-After (at least a second)
 }
 
 func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
@@ -188,7 +205,8 @@ func call(ctx context.Context, cl *http.Client, method, url, token string, body 
 		return err
 	}
 	if resp.StatusCode != want {
-		return &statusError{status: resp.StatusCode, body: b}
+		after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return &statusError{status: resp.StatusCode, body: b, retryAfter: time.Duration(max(after, 1)) * time.Second}
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
