@@ -20,7 +20,8 @@
 -- wait, which matters behind a carrier's NAT. What keeps attempts at once
 -- from all slipping past a gate that the first wrong ones would close is
 -- the cap on attempts in flight: an address may have only as many at
--- once as it has free guesses left (at least one; one during an attack).
+-- once as it has free guesses left and one more (one once past them, or
+-- during an attack).
 -- Were all of them wrong, the count would reach the free ones and one
 -- more, as if they had come one by one. Both keys in one slot: they
 -- share the address's hash tag.

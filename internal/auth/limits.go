@@ -208,8 +208,11 @@ const (
 	// attemptFor is how long an attempt counts as in flight at most: one
 	// whose instance died before settling it is then forgotten.
 	attemptFor = 30 * time.Second
-	// settleFor bounds the settling of an attempt, which runs even when
-	// the client has gone: a wrong guess whose client hung up must count.
+	// settleFor bounds the counting after a comparison (the attempt's
+	// settling, the minute's count), which runs even when the client has
+	// gone: a wrong guess whose client hung up must count. (It bounds the
+	// wait for a connection; a read is bounded by the client's own
+	// ReadTimeout.)
 	settleFor = 2 * time.Second
 )
 
@@ -365,14 +368,14 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 	// count then takes it as a wrong guess, erring on the side of
 	// counting.
 	wrong := err != nil || (len(res) == 2 && res[0] == checkWrong)
+	// What follows the comparison is not on the request's context: a
+	// client that hangs up once its guess was compared must not take the
+	// counts (and the attempt's place in flight) away with it.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleFor)
+	defer cancel()
 	if attempt != "" {
-		// Not on the request's context: a client that hangs up once its
-		// guess was compared must not take the count (and the attempt's
-		// place in flight) away with it.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleFor)
 		serr := settleGuessScript.Run(sctx, s.rdb, addrGuessKeys(addr), attempt, b2i(wrong), s.limits.FreeGuessesPerAddr, attack,
 			firstDelay.Milliseconds(), s.limits.MaxAddrDelay.Milliseconds(), forgetAfter.Milliseconds()).Err()
-		cancel()
 		// A wrong guess the address did not count would be a guess for
 		// free: refused. A login that matched stands (its code is
 		// spent); its attempt is forgotten after attemptFor.
@@ -389,7 +392,7 @@ func (s *Service) checkCode(ctx context.Context, phone, code, addr string) error
 	if wrong {
 		// The count is read at the next login (step 1); the limit given
 		// here only decides the script's answer, which nobody needs.
-		if err := countWindowScript.Run(ctx, s.rdb, []string{failedKey}, s.limits.AttackGuessesPerMin, attackWindow.Milliseconds()).Err(); err != nil {
+		if err := countWindowScript.Run(sctx, s.rdb, []string{failedKey}, s.limits.AttackGuessesPerMin, attackWindow.Milliseconds()).Err(); err != nil {
 			return apperr.Down(fmt.Errorf("count a wrong login code: %w", err))
 		}
 		return ErrWrongCode
