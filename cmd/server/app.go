@@ -54,13 +54,13 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		log.Warn("LOCK_BACKEND=local: the per-user lock only excludes requests within this process; it does NOT protect several instances")
 		locks = lock.NewLocal()
 	}
-	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now), queue: queue.New(st.rdb), slots: admission.NewCap(cfg.MaxInFlight)}
+	stocks := stock.NewStore(st.rdb, cfg.StockHold)
+	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now), queue: queue.New(st.rdb, stocks), slots: admission.NewCap(cfg.MaxInFlight)}
 	trusted, err := admission.ParsePrefixes(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
 	a.conns = admission.NewConns(cfg.MaxConnsPerAddr, trusted)
-	stocks := stock.NewStore(st.rdb, cfg.StockHold)
 	ids := idworker.New(st.rdb, now, order.IDFloor(st.db, a.queue))
 
 	// No SMS gateway ships with the project. A real one plugs in here, as
@@ -73,9 +73,6 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	}
 	a.auth = auth.NewService(st.db, st.rdb, a.tokens, cfg.AdminPhones, sender, cfg.AuthLimits)
 	a.vouchers = voucher.NewService(st.db, stocks, native, now, log)
-	if cfg.Mode == "async" {
-		a.vouchers.LimitBuckets(1)
-	}
 	// One registry per app, never Prometheus' global one: the tests run
 	// several servers in one process.
 	a.metrics = metrics.New(log)

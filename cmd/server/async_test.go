@@ -37,16 +37,25 @@ func waitWritten(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid strin
 				missing++
 			}
 		}
-		lag := rdb.XLen(context.Background(), streamOf(vid)).Val()
-		pending, _ := rdb.XPending(context.Background(), streamOf(vid), queue.GroupName).Result()
-		// The voucher's count of queued orders (what reconciliation
-		// waits on) must come back to zero with them.
-		queued, _ := rdb.Get(context.Background(), voucherKey(vid, "queued")).Int64()
-		if missing == 0 && (pending == nil || pending.Count == 0) && queued == 0 {
+		// Every stream the voucher's orders go to (one per bucket), and
+		// its count of queued orders (what reconciliation waits on),
+		// which must come back to zero with them.
+		var lag, pending, queued int64
+		id, _ := strconv.ParseInt(vid, 10, 64)
+		for b := range s.Buckets {
+			stream := queue.StreamKey(stock.BucketShard(id, s.Buckets, b))
+			lag += rdb.XLen(context.Background(), stream).Val()
+			if p, err := rdb.XPending(context.Background(), stream, queue.GroupName).Result(); err == nil {
+				pending += p.Count
+			}
+			n, _ := rdb.Get(context.Background(), stock.BucketKey(id, s.Buckets, b, "queued")).Int64()
+			queued += n
+		}
+		if missing == 0 && pending == 0 && queued == 0 {
 			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s, %d orders answered 200 are not in MySQL (stream length %d, pending %+v, queued count %d)", within, missing, lag, pending, queued)
+			t.Fatalf("after %s, %d orders answered 200 are not in MySQL (stream length %d, pending %d, queued count %d)", within, missing, lag, pending, queued)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

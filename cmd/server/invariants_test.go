@@ -85,6 +85,7 @@ type storeState struct {
 	RedisExists bool
 	RedisErr    error // why the stock could not be read, other than its absence
 	Holds       int64
+	Buckets     int // vouchers.buckets
 }
 
 func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID string) storeState {
@@ -93,13 +94,12 @@ func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID s
 	vid, _ := strconv.ParseInt(voucherID, 10, 64)
 	var s storeState
 	var rows []struct{ ID, UserID int64 }
-	var buckets int
 	// One snapshot for both reads: read apart, a batch committing between
 	// them shows its orders but not its stock, and the sum is off by the
 	// batch. InnoDB's REPEATABLE READ fixes the snapshot at the first read.
 	err := db.Transaction(func(tx *gorm.DB) error {
 		row := tx.Raw("SELECT stock, buckets FROM vouchers WHERE id = ?", vid).Row()
-		if err := row.Scan(&s.Stock, &buckets); err != nil {
+		if err := row.Scan(&s.Stock, &s.Buckets); err != nil {
 			return err
 		}
 		return tx.Raw("SELECT id, user_id FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows).Error
@@ -115,8 +115,8 @@ func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID s
 	// A bucketed voucher: the sum over its buckets, and every bucket's
 	// holds and claims.
 	s.RedisExists = true
-	for b := range buckets {
-		k := stock.BucketKeys(vid, buckets, b)
+	for b := range s.Buckets {
+		k := stock.BucketKeys(vid, s.Buckets, b)
 		n, err := rdb.Get(ctx, k.Stock).Int64()
 		s.RedisStock += n
 		s.RedisExists = s.RedisExists && err == nil

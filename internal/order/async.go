@@ -29,13 +29,11 @@ type asyncMode struct {
 
 // place is guard 2 of async mode: take the unit and queue the order in one
 // step. There is no hold: the stream entry is the record of the unit taken.
+// A voucher split into buckets takes a unit from the user's home bucket,
+// or, once that is empty, from another, with the user claimed at home
+// first (queue.Accept).
 func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (int64, error) {
 	voucherID := v.ID
-	if v.Parts() > 1 {
-		// Made by an instance in sync mode (async ones refuse to): its
-		// units lie in several slots, and accept.lua sees one.
-		return 0, apperr.Down(fmt.Errorf("voucher %d is split into %d buckets, which async mode does not sell", voucherID, v.Parts()))
-	}
 	// The ID is drawn first, from the instance's pool (most often without
 	// a round trip), because the script records the order under it; if
 	// the order is not accepted the ID goes back to the pool.
@@ -43,9 +41,9 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 	if err != nil {
 		return 0, idError(err, m.now())
 	}
-	e := queue.Entry{OrderID: id, UserID: userID, VoucherID: voucherID, At: m.now()}
+	e := queue.Entry{OrderID: id, UserID: userID, VoucherID: voucherID, At: m.now(), Buckets: v.Parts()}
 	start := time.Now()
-	res, err := m.queue.Accept(ctx, e)
+	res, err := m.queue.Accept(ctx, &e)
 	m.obs.Stage(StageStock, time.Since(start))
 	if err != nil {
 		// Nothing accepted; or, if only the answer was lost, an order
@@ -69,8 +67,12 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 	case queue.AlreadyBought:
 		m.memory.rememberBuyer(voucherID, userID, false) // a dead letter may free them
 		return 0, ErrAlreadyOrdered
+	case queue.AlreadyBuying:
+		return 0, busyRetry() // the other request may yet fail: try again
 	case queue.Voided:
 		return 0, apperr.Down(errors.New("accept order: declared lost before it ran"))
+	case queue.Lapsed:
+		return 0, apperr.Down(errors.New("accept order: the request stalled past its claim; nothing was taken"))
 	case queue.StockMissing:
 		return 0, errStockMissing
 	}
@@ -124,8 +126,8 @@ func (m asyncMode) accepted(ctx context.Context, id int64) (*Order, error) {
 // written to MySQL before the snapshot is in the snapshot; one written
 // after it is counted as queued. No entry for the voucher can be added
 // meanwhile, because its stock key is missing.
-func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (snapshot, error) {
-	queued, err := m.queue.Queued(ctx, voucherID)
+func (m asyncMode) stockAt(ctx context.Context, voucherID int64, buckets int) (snapshot, error) {
+	queued, err := m.queue.Queued(ctx, voucherID, buckets)
 	if err != nil {
 		return snapshot{}, err
 	}
@@ -146,8 +148,13 @@ func (m asyncMode) stockAt(ctx context.Context, voucherID int64) (snapshot, erro
 	return snap, nil
 }
 
-// quiet reports whether every order of voucherID accepted in the stream
+// quiet reports whether every order of voucherID accepted in the streams
 // has been written (queue.Quiet).
-func (m asyncMode) quiet(ctx context.Context, voucherID int64) (bool, error) {
-	return m.queue.Quiet(ctx, voucherID)
+func (m asyncMode) quiet(ctx context.Context, voucherID int64, buckets int) (bool, error) {
+	return m.queue.Quiet(ctx, voucherID, buckets)
+}
+
+// queuedOf returns the orders users had accepted in Redis (queue.AcceptedOf).
+func (m asyncMode) queuedOf(ctx context.Context, voucherID int64, buckets int, users []int64) (map[int64]int64, error) {
+	return m.queue.AcceptedOf(ctx, voucherID, buckets, users)
 }

@@ -50,7 +50,7 @@ func newLifecycleRig(t *testing.T, instances int, initial int64) *lifecycleRig {
 	var vouchers *voucher.Service
 	for range instances {
 		vouchers = voucher.NewService(r.db, r.stocks, nil, time.Now, log)
-		q := queue.New(r.rdb)
+		q := queue.New(r.rdb, r.stocks)
 		cfg := DefaultConfig
 		cfg.Observer, cfg.Provider = r.obs, r.provider
 		s := NewService(r.db, q, vouchers, r.stocks, lock.NewRedis(r.rdb), idworker.New(r.rdb, time.Now, IDFloor(r.db, q)), time.Now, log, cfg)

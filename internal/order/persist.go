@@ -36,7 +36,7 @@ func (w queueWriter) Write(ctx context.Context, entries []queue.Entry) (queue.Ve
 		if err != nil {
 			return queue.Later, err
 		}
-		orders[i] = newOrder(v, e.OrderID, e.UserID, e.At, 0)
+		orders[i] = newOrder(v, e.OrderID, e.UserID, e.At, e.Bucket)
 	}
 	write := func(tx *gorm.DB) error { return writeBatch(tx, orders) }
 	outcome, err := transact(ctx, w.db, write)

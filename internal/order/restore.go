@@ -30,11 +30,15 @@ func (s *Service) restore(ctx context.Context, voucherID int64, buckets, attempt
 
 const maxRestores = 2
 
-// Restock puts back the stock keys of a voucher sold in async mode (one
-// bucket) after Redis lost them: what a replayed dead letter needs to take
-// its unit again (queue.Restocker).
+// Restock puts back the stock keys of a voucher sold in async mode after
+// Redis lost them: what a replayed dead letter needs to take its unit
+// again (queue.Restocker).
 func (s *Service) Restock(ctx context.Context, voucherID int64) error {
-	return s.reload(ctx, voucherID, 1)
+	v, err := s.vouchers.Find(ctx, voucherID)
+	if err != nil {
+		return err
+	}
+	return s.reload(ctx, voucherID, v.Parts())
 }
 
 // reload rebuilds a voucher's Redis keys from MySQL, counting the orders
@@ -50,7 +54,7 @@ func (s *Service) reload(ctx context.Context, voucherID int64, buckets int) erro
 		if _, ok, err := s.stocks.Left(ctx, voucherID, buckets); err != nil || ok {
 			return apperr.Down(err) // nil if another instance reloaded it
 		}
-		snap, err := s.mode.stockAt(ctx, voucherID)
+		snap, err := s.mode.stockAt(ctx, voucherID, buckets)
 		if err != nil {
 			return apperr.Down(err)
 		}

@@ -107,14 +107,18 @@ type mode interface {
 	place(ctx context.Context, v *voucher.Voucher, userID int64) (int64, error)
 	// accepted returns an order taken but not yet a row, or nil.
 	accepted(ctx context.Context, id int64) (*Order, error)
-	// stockAt reads, as of one moment, the units of voucherID left, its
-	// buyers and the units MySQL took back that Redis has not, counting
-	// the orders on their way to MySQL: what a reload puts back in Redis
-	// after Redis lost it.
-	stockAt(ctx context.Context, voucherID int64) (snapshot, error)
-	// quiet reports whether no order of voucherID is on its way to MySQL,
-	// so that Redis' count may be compared with MySQL's.
-	quiet(ctx context.Context, voucherID int64) (bool, error)
+	// stockAt reads, as of one moment, the units of voucherID (of
+	// buckets) left, its buyers and the units MySQL took back that Redis
+	// has not, counting the orders on their way to MySQL: what a reload
+	// puts back in Redis after Redis lost it.
+	stockAt(ctx context.Context, voucherID int64, buckets int) (snapshot, error)
+	// quiet reports whether no order of voucherID (of buckets) is on its
+	// way to MySQL, so that Redis' count may be compared with MySQL's.
+	quiet(ctx context.Context, voucherID int64, buckets int) (bool, error)
+	// queuedOf returns the orders of voucherID (of buckets) that users
+	// hold on their way to MySQL, by user (absent: none): what the
+	// sweeper counts as orders besides MySQL's rows.
+	queuedOf(ctx context.Context, voucherID int64, buckets int, users []int64) (map[int64]int64, error)
 }
 
 // errStockMissing: a stock script found the voucher's keys missing (Redis
@@ -358,13 +362,19 @@ func (syncMode) accepted(context.Context, int64) (*Order, error) { return nil, n
 
 // stockAt: in sync mode MySQL's figures are the truth; a unit under a
 // hold that fails comes back by GiveBack or the Sweeper.
-func (m syncMode) stockAt(ctx context.Context, voucherID int64) (snapshot, error) {
+func (m syncMode) stockAt(ctx context.Context, voucherID int64, _ int) (snapshot, error) {
 	return snapshotOf(ctx, m.db, voucherID)
 }
 
 // quiet: orders on their way are units under holds, which Reconcile
 // checks itself.
-func (syncMode) quiet(context.Context, int64) (bool, error) { return true, nil }
+func (syncMode) quiet(context.Context, int64, int) (bool, error) { return true, nil }
+
+// queuedOf: in sync mode no order is on its way but under its request's
+// hold, which the sweeper asks MySQL about.
+func (syncMode) queuedOf(context.Context, int64, int, []int64) (map[int64]int64, error) {
+	return nil, nil
+}
 
 // UserLockKey is the per-user lock's key. Per user and voucher: the rule
 // is one order per user per voucher, and buying two vouchers at once is

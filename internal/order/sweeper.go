@@ -80,6 +80,18 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		if err != nil {
 			return err
 		}
+		// In async mode an order may be on its way: queued with a unit
+		// of another bucket by a request that died before it closed the
+		// claim at home. The claim's buyer is a buyer then.
+		queued, err := s.mode.queuedOf(ctx, voucherID, v.Parts(), users)
+		if err != nil {
+			return err
+		}
+		for u, id := range queued {
+			if _, known := have[u]; known && have[u] == 0 {
+				have[u] = id
+			}
+		}
 		for _, l := range lapses {
 			id, known := have[l.User]
 			if !known {
@@ -99,14 +111,14 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		// An hour after the sale: no request can still hold a unit (holds
 		// expired long ago), so the voucher leaves the sweeper's list.
 		if len(lapses) == 0 {
-			return s.stocks.Forget(ctx, voucherID, v.Parts(), 24*time.Hour, queue.VoucherKeys(voucherID)...)
+			return s.stocks.Forget(ctx, voucherID, v.Parts(), 24*time.Hour, queue.VoucherKeys(voucherID, v.Parts())...)
 		}
 		return nil
 	}
 	fixed, err := s.stocks.Reconcile(ctx, voucherID, v.Parts(), func(ctx context.Context) (int64, error) {
 		// Orders on their way hold units MySQL does not show yet:
 		// compare only when all of this voucher's are written.
-		if quiet, err := s.mode.quiet(ctx, voucherID); err != nil || !quiet {
+		if quiet, err := s.mode.quiet(ctx, voucherID, v.Parts()); err != nil || !quiet {
 			return 0, stock.ErrNotNow
 		}
 		// So do units MySQL took back (a cancel, a refund) that Redis

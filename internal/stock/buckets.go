@@ -40,23 +40,49 @@ import (
 // across instances.
 //
 // A voucher of one bucket keeps its shard's keys (KeysOf). Bucket b of a
-// voucher of n > 1 lives at the middle of the b-th n-th of the slot space,
-// whatever the voucher: on a cluster of n masters with the slots split
-// evenly (what redis-cli --cluster create does), one bucket per master.
-// Several hot vouchers then share the masters the same way, each spread
-// evenly over them.
+// voucher of n > 1 lives in a shard of its own (BucketShard): the one
+// whose slot lies nearest the middle of the b-th n-th of the slot space,
+// whatever the voucher. On a cluster of n masters with the slots split
+// evenly (what redis-cli --cluster create does) that is one bucket per
+// master, for n from 2 to 9, 11 and 16; for 10 and 12 to 15 masters one
+// to four buckets share a master with another (no shard's slot lies in
+// their master's range), and the others have one each. Several hot
+// vouchers share the masters the same way, each spread over them.
+//
+// Why shards, rather than any slot: async mode queues an order in the
+// stream of the slot its unit came from, in the same script (package
+// order/queue), and a stream needs consumers reading it. The shards'
+// sixteen streams already have theirs, so a bucket that lives in a
+// shard's slot needs none of its own.
 
-// MaxBuckets is the most buckets a voucher may have.
-const MaxBuckets = 16
+// MaxBuckets is the most buckets a voucher may have: one per shard.
+const MaxBuckets = Shards
+
+// BucketShard is the shard whose slot bucket b of a voucher of n buckets
+// lives in; with one bucket, the voucher's own (ShardOf).
+func BucketShard(voucherID int64, n, b int) int {
+	if n <= 1 {
+		return ShardOf(voucherID)
+	}
+	return bucketShards[n][b]
+}
+
+// BucketKey names another key of bucket b of a voucher of n buckets, in
+// the bucket's slot (with one bucket, KeyOf's).
+func BucketKey(voucherID int64, n, b int, name string) string {
+	if n <= 1 {
+		return KeyOf(voucherID, name)
+	}
+	return ShardKey(bucketShards[n][b], "v"+strconv.FormatInt(voucherID, 10)+":b"+strconv.Itoa(b)+":"+name)
+}
 
 // BucketKeys names the keys of bucket b of a voucher of n buckets.
 func BucketKeys(voucherID int64, n, b int) Keys {
 	if n <= 1 {
 		return KeysOf(voucherID)
 	}
-	w := (2*b + 1) * len(bucketTags) / (2 * n)
-	p := "seckill:{" + bucketTags[w] + "}:v" + strconv.FormatInt(voucherID, 10) + ":b" + strconv.Itoa(b) + ":"
-	return Keys{Stock: p + "stock", Buyers: p + "buyers", Holds: p + "holds", Claims: p + "claims", Returned: p + "returned"}
+	k := func(name string) string { return BucketKey(voucherID, n, b, name) }
+	return Keys{Stock: k("stock"), Buyers: k("buyers"), Holds: k("holds"), Claims: k("claims"), Returned: k("returned")}
 }
 
 // Home is the bucket where user is remembered as a buyer of a voucher of
@@ -77,21 +103,50 @@ func Home(userID int64, n int) int {
 	return int(x % uint64(n))
 }
 
-// bucketTags[w] is a hash tag whose slot lies in the w-th of 256 windows of
-// 64 slots.
-var bucketTags = func() [256]string {
-	var tags [256]string
-	for w := range tags {
-		for i := 0; ; i++ {
-			tag := "b" + strconv.Itoa(w) + "." + strconv.Itoa(i)
-			if Slot(tag)/64 == w {
-				tags[w] = tag
-				break
+// bucketShards[n][b] is BucketShard for n > 1, worked out once. First each
+// bucket takes the shard nearest its range's middle among those whose
+// slot lies in its range, if any; then the buckets left take the nearest
+// shard not taken. Distinct shards for distinct buckets, always.
+var bucketShards = func() [MaxBuckets + 1][]int {
+	var slots [Shards]int
+	for k := range slots {
+		slots[k] = Slot(shardTags[k])
+	}
+	var out [MaxBuckets + 1][]int
+	for n := 2; n <= MaxBuckets; n++ {
+		out[n] = make([]int, n)
+		taken := make([]bool, Shards)
+		nearest := func(b int, inRange bool) int {
+			lo, hi := b*16384/n, (b+1)*16384/n
+			mid := (lo + hi) / 2
+			best := -1
+			for k, s := range slots {
+				if taken[k] || (inRange && (s < lo || s >= hi)) {
+					continue
+				}
+				if best < 0 || abs(s-mid) < abs(slots[best]-mid) {
+					best = k
+				}
+			}
+			return best
+		}
+		for b := range n {
+			out[n][b] = nearest(b, true)
+			if out[n][b] >= 0 {
+				taken[out[n][b]] = true
+			}
+		}
+		for b := range n {
+			if out[n][b] < 0 {
+				out[n][b] = nearest(b, false)
+				taken[out[n][b]] = true
 			}
 		}
 	}
-	return tags
+	return out
 }()
+
+func abs(x int) int { return max(x, -x) }
 
 // share is bucket b's share of units split over n buckets: the remainder
 // goes one each to the first buckets.

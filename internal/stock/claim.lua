@@ -5,6 +5,8 @@
 --         bucket's)
 -- ARGV[1] user ID
 -- ARGV[2] how long the claim lasts, in ms
+-- ARGV[3] 'deadline': answer the claim's deadline (ms, this server's
+--         clock) instead of 0 when claimed (async mode: Store.Claim)
 --
 -- Returns 0 claimed, 2 already bought, 3 the home bucket's keys are
 -- missing, 5 another request of the user holds a unit or a claim. The
@@ -23,5 +25,9 @@ end
 redis.call('SADD', KEYS[2], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
+local deadline = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[4], deadline, ARGV[1])
+if ARGV[3] == 'deadline' then
+  return deadline
+end
 return 0

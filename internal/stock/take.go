@@ -11,8 +11,11 @@ import (
 
 // This file takes a unit for a user (Take): from their home bucket, or,
 // when home is empty, from another bucket, then claims the user at home
-// (claim). It uses holds.go (a failed claim gives its unit back with
-// giveBackUnit), buckets.go, keys.go and stock.go. No other file uses it.
+// (claim). Async mode, whose unit and order are taken and queued by a
+// script of package order/queue, claims first and takes after: Elsewhere,
+// Claim, KeepClaim and Unclaim are its part here. It uses holds.go (a
+// failed claim gives its unit back with giveBackUnit), buckets.go, keys.go
+// and stock.go. No other file uses it.
 
 var (
 	//go:embed take.lua
@@ -143,4 +146,66 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 		return 0, fmt.Errorf("stock script on %s: %w", keys[0], err)
 	}
 	return Result(code), nil
+}
+
+// Elsewhere lists the buckets of voucherID (of n > 1) other than user's
+// home that have units left, in the order Take asks them, for async mode
+// once the home bucket said sold out. missing: a bucket's stock key is
+// gone (Redis lost it), and the voucher must be reloaded first.
+func (s *Store) Elsewhere(ctx context.Context, voucherID int64, n int, userID int64) (buckets []int, missing bool, err error) {
+	others, err := s.othersState(ctx, voucherID, Hold{Voucher: voucherID, User: userID, Buckets: n, Home: Home(userID, n)})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, o := range others {
+		switch {
+		case o.stock < 0:
+			return nil, true, nil
+		case o.stock > 0:
+			buckets = append(buckets, o.bucket)
+		}
+	}
+	return buckets, false, nil
+}
+
+// Claim remembers user as a buyer in their home bucket of voucherID (of n
+// buckets), for a unit async mode is about to take in another bucket: the
+// claim is what makes one order per user hold across buckets, as in Take.
+// It answers Taken, AlreadyBought, AlreadyBuying or Missing, and, when
+// Taken, until: the last moment (Redis' clock, in ms) at which the unit
+// may be taken for this claim. That is half a hold before the claim
+// expires: past its expiry the sweeper may forget the buyer (no order
+// having been found), and a unit taken after that would be a second
+// order's for all the home bucket knows. The half is room for the masters'
+// clocks to disagree.
+func (s *Store) Claim(ctx context.Context, voucherID int64, n int, userID int64) (until int64, res Result, err error) {
+	v, err := claimScript.Run(ctx, s.rdb, BucketKeys(voucherID, n, Home(userID, n)).all(), userID, s.hold.Milliseconds(), "deadline").Int64()
+	if err != nil {
+		return 0, 0, fmt.Errorf("claim user %d on voucher %d: %w", userID, voucherID, err)
+	}
+	if v < 10 { // a code: a deadline in ms is a large number
+		return 0, Result(v), nil
+	}
+	return v - s.hold.Milliseconds()/2, Taken, nil
+}
+
+// KeepClaim closes user's claim once their order is queued: they stay a
+// buyer, as after Confirm.
+func (s *Store) KeepClaim(ctx context.Context, voucherID int64, n int, userID int64) error {
+	home := BucketKeys(voucherID, n, Home(userID, n))
+	if _, err := s.close(ctx, home.Claims, home.Buyers, userID, true); err != nil {
+		return fmt.Errorf("keep claim of user %d on voucher %d: %w", userID, voucherID, err)
+	}
+	return nil
+}
+
+// Unclaim drops user's claim when no unit was taken for it, and forgets
+// them as a buyer, if the claim is still there (a claim the sweeper closed
+// meanwhile is left alone).
+func (s *Store) Unclaim(ctx context.Context, voucherID int64, n int, userID int64) error {
+	home := BucketKeys(voucherID, n, Home(userID, n))
+	if _, err := s.giveBack(ctx, home, home.Claims, userID, true, false, false); err != nil {
+		return fmt.Errorf("unclaim user %d on voucher %d: %w", userID, voucherID, err)
+	}
+	return nil
 }

@@ -61,14 +61,7 @@ type Service struct {
 	guard  Guard
 	cache  *cache
 	log    *slog.Logger
-
-	maxBuckets int // 0: stock.MaxBuckets
 }
-
-// LimitBuckets refuses vouchers of more than n buckets: async mode's accept
-// script queues the order in the stream of the slot the unit came from, and
-// does not yet claim the buyer in another, so it sells from one bucket.
-func (s *Service) LimitBuckets(n int) { s.maxBuckets = n }
 
 // NewService returns a Service.
 func NewService(db *gorm.DB, stocks *stock.Store, guard Guard, now func() time.Time, log *slog.Logger) *Service {
@@ -127,9 +120,6 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 	v, err := in.validate()
 	if err != nil {
 		return View{}, err
-	}
-	if s.maxBuckets > 0 && v.Buckets > s.maxBuckets {
-		return View{}, apperr.Invalid(fmt.Sprintf("buckets must be at most %d here: async mode sells a voucher from one bucket", s.maxBuckets))
 	}
 	if idemKey != "" && s.guard != nil {
 		err := s.guard.Once(ctx, fmt.Sprintf("idem:voucher:%d:%s", adminID, idemKey), idempotencyWindow)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/idworker"
+	"seckill/internal/stock"
 )
 
 // Accepting an order: the whole of async mode's buy button in Redis. A 200
@@ -40,18 +41,111 @@ const (
 	// noDeadLetter: a replayed dead letter is no longer there (replayed
 	// already). Replay's only.
 	noDeadLetter Result = 5
+	// Lapsed: the buyer's claim in their home bucket was too old to take
+	// a unit elsewhere for it (the request stalled for half a hold):
+	// nothing was taken, and the claim is dropped.
+	Lapsed Result = 6
+	// AlreadyBuying: another request of the user holds a claim in their
+	// home bucket; if it fails, the user may buy again. Not the script's:
+	// package stock's Claim answers it.
+	AlreadyBuying Result = 7
 )
 
 // Accept takes a unit of e's voucher for e's user and appends the order to
 // the stream, in one step, unless the voucher is sold out in Redis or the
 // user already bought it.
 //
+// A voucher split into buckets (e.Buckets > 1) is asked at the user's
+// home bucket first, as Take does in sync mode. Only when that is empty
+// does Accept look at the others, claim the user at home (package stock's
+// Claim: the one place that says who bought, across buckets), and queue
+// the order with a unit of the first bucket that has one, in that
+// bucket's shard's stream: each order is still one script, in one slot,
+// whichever bucket its unit came from. Accept sets e.Bucket to the bucket
+// it asked last.
+//
 // An error (Redis' own, unwrapped) means nothing was accepted, or only
 // the answer was lost after the script ran, or the script may still run
 // (the command sits in a stalled connection). Whoever must tell the buyer
-// asks Lost.
-func (q *Queue) Accept(ctx context.Context, e Entry) (Result, error) {
-	code, err := acceptScript.Run(ctx, q.rdb, e.keys(voidKey(e.VoucherID, e.OrderID)), e.args()...).Int()
+// asks Lost, with e as Accept left it.
+func (q *Queue) Accept(ctx context.Context, e *Entry) (Result, error) {
+	e.Bucket = e.home()
+	res, err := q.run(ctx, *e, e.voidKey(), "", 0)
+	if err != nil || e.Buckets <= 1 || res != SoldOut {
+		return res, err
+	}
+	return q.elsewhere(ctx, e, "", Entry.voidKey)
+}
+
+// elsewhere queues e's order with a unit of a bucket other than its
+// user's home, which said sold out, claiming the user at home first. A
+// replay (replay, a dead letter's ID) is asked only at e.Bucket, where the
+// dead letter is; a new order at every bucket with units left. last names
+// accept.lua's last key for an entry of the bucket asked.
+func (q *Queue) elsewhere(ctx context.Context, e *Entry, replay string, last func(Entry) string) (Result, error) {
+	buckets := []int{e.Bucket}
+	if replay == "" {
+		var missing bool
+		var err error
+		buckets, missing, err = q.stocks.Elsewhere(ctx, e.VoucherID, e.Buckets, e.UserID)
+		switch {
+		case err != nil:
+			return 0, err // only read: nothing taken
+		case missing:
+			return StockMissing, nil
+		case len(buckets) == 0:
+			return SoldOut, nil
+		}
+	}
+	until, claim, err := q.stocks.Claim(ctx, e.VoucherID, e.Buckets, e.UserID)
+	if err != nil {
+		// The claim may have been made: it expires, and the sweeper,
+		// finding no order, forgets the buyer.
+		return 0, err
+	}
+	switch claim {
+	case stock.Taken:
+	case stock.AlreadyBought:
+		return AlreadyBought, nil
+	case stock.AlreadyBuying:
+		return AlreadyBuying, nil
+	case stock.Missing:
+		return StockMissing, nil
+	default:
+		return 0, fmt.Errorf("claim buyer: unknown answer %d", claim)
+	}
+	for _, b := range buckets {
+		e.Bucket = b
+		res, err := q.run(ctx, *e, last(*e), replay, until)
+		switch {
+		case err != nil:
+			// The claim stays: Lost (or, for a replay, the sweeper) knows
+			// whether to keep it.
+			return 0, err
+		case res == Queued:
+			// If this fails the claim expires, and the sweeper, finding
+			// the order accepted, keeps the buyer.
+			q.stocks.KeepClaim(ctx, e.VoucherID, e.Buckets, e.UserID)
+			return Queued, nil
+		case res != SoldOut:
+			q.unclaim(ctx, *e)
+			return res, nil
+		}
+	}
+	q.unclaim(ctx, *e)
+	return SoldOut, nil
+}
+
+// unclaim drops the claim of e's user whose unit was not taken. If that
+// fails, the claim expires, and the sweeper, finding no order, forgets
+// the buyer: until then they are told "already bought".
+func (q *Queue) unclaim(ctx context.Context, e Entry) {
+	q.stocks.Unclaim(context.WithoutCancel(ctx), e.VoucherID, e.Buckets, e.UserID)
+}
+
+// run runs accept.lua for e in e.Bucket.
+func (q *Queue) run(ctx context.Context, e Entry, last, replay string, until int64) (Result, error) {
+	code, err := acceptScript.Run(ctx, q.rdb, e.keys(last), e.args(replay, until)...).Int()
 	if err != nil {
 		return 0, err
 	}
@@ -73,18 +167,29 @@ var ErrUnknown = errors.New("queue: whether the order was accepted is unknown")
 // script does nothing should it reach Redis later, and returns false: a
 // 503 then keeps its promise that nothing was taken. Redis may be away for
 // a while: it asks until ctx ends, and then returns ErrUnknown.
+//
+// For a unit asked in a bucket other than the user's home, the claim at
+// home is settled by the answer: kept if the order was accepted, dropped
+// if it was voided (and left to expire if either step fails: the sweeper
+// then asks where the order is, and finds the same answer).
 func (q *Queue) Lost(ctx context.Context, e Entry) (int64, bool, error) {
-	keys := []string{acceptedKey(e.VoucherID), voidKey(e.VoucherID, e.OrderID)}
+	keys := []string{e.acceptedKey(), e.voidKey()}
 	delay := 20 * time.Millisecond
 	for {
 		v, err := lostScript.Run(ctx, q.rdb, keys, e.UserID, voidFor.Milliseconds()).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
+			if e.Bucket != e.home() {
+				q.unclaim(ctx, e)
+			}
 			return 0, false, nil
 		case err == nil:
 			id, err := idworker.FromScript(v)
 			if err != nil {
 				return 0, false, err
+			}
+			if e.Bucket != e.home() {
+				q.stocks.KeepClaim(context.WithoutCancel(ctx), e.VoucherID, e.Buckets, e.UserID)
 			}
 			return id, true, nil
 		}

@@ -5,32 +5,46 @@
 -- order ID, because the dead letter's settlement gave its unit back and
 -- forgot its buyer.
 --
--- KEYS[1] stock    KEYS[2] buyers   (package stock's keys of the voucher)
+-- KEYS[1] stock    KEYS[2] buyers   (package stock's keys of the voucher,
+--         or of one bucket of a split voucher)
 -- KEYS[3] the orders stream         KEYS[4] the pending-orders hash
--- KEYS[5] the voucher's accepted orders: user -> order ID
--- KEYS[6] the voucher's count of orders in the stream not yet written
+-- KEYS[5] the bucket's accepted orders: user -> order ID
+-- KEYS[6] the bucket's count of orders in the stream not yet written
 -- KEYS[7] a new order: its request's void mark (see lost.lua);
 --         a replay: the dead letters
 -- ARGV[1] user ID   ARGV[2] voucher ID   ARGV[3] time accepted, in ms
 -- ARGV[4] the order's ID (a decimal string: Lua numbers cannot hold 63 bits)
--- ARGV[5] a replay only: the dead letter's entry ID
+-- ARGV[5] a replay: the dead letter's entry ID; a new order: ''
+-- ARGV[6] the voucher's buckets   ARGV[7] this bucket
+-- ARGV[8] '': the buyer is checked and remembered here (their home
+--         bucket, or a voucher not split); otherwise the buyer was
+--         claimed in their home bucket (another slot: package stock's
+--         Claim), and this is the last moment, in ms by this server's
+--         clock, at which the unit may be taken for that claim
 --
 -- Returns 0 queued, 1 sold out, 2 already bought (the user holds an
 -- order), 3 stock key missing (reload it, then try again), 4 a new
 -- order's request was declared lost before it ran (its caller was already
--- answered), 5 no such dead letter (replayed already). Only 0 changes
--- anything.
+-- answered), 5 no such dead letter (replayed already), 6 the claim is too
+-- old (see ARGV[8]). Only 0 changes anything.
 --
 -- Taking the unit, remembering the user and appending the order in one
 -- script means there is no moment at which one has happened without the
 -- others: an accepted order cannot be lost between Redis keys.
-local replay = ARGV[5]
+local replay = ARGV[5] ~= '' and ARGV[5]
 if replay then
   if #redis.call('XRANGE', KEYS[7], replay, replay) == 0 then
     return 5
   end
 elseif redis.call('EXISTS', KEYS[7]) == 1 then
   return 4
+end
+local claimed = ARGV[8] ~= ''
+if claimed then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[8]) then
+    return 6
+  end
 end
 local stock = redis.call('GET', KEYS[1])
 if not stock then
@@ -39,13 +53,20 @@ end
 if tonumber(stock) <= 0 then
   return 1
 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+if not claimed and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   return 2
 end
 local id = ARGV[4]
 redis.call('DECR', KEYS[1])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('XADD', KEYS[3], '*', 'id', id, 'user', ARGV[1], 'voucher', ARGV[2], 'at', ARGV[3])
+if not claimed then
+  redis.call('SADD', KEYS[2], ARGV[1])
+end
+if ARGV[6] == '1' then
+  redis.call('XADD', KEYS[3], '*', 'id', id, 'user', ARGV[1], 'voucher', ARGV[2], 'at', ARGV[3])
+else
+  redis.call('XADD', KEYS[3], '*', 'id', id, 'user', ARGV[1], 'voucher', ARGV[2], 'at', ARGV[3],
+    'buckets', ARGV[6], 'bucket', ARGV[7])
+end
 redis.call('HSET', KEYS[4], id, ARGV[1] .. ':' .. ARGV[2] .. ':' .. ARGV[3] .. ':pending')
 redis.call('HSET', KEYS[5], ARGV[1], id)
 redis.call('INCR', KEYS[6])

@@ -438,7 +438,7 @@ func (p *Consumer) ack(ctx context.Context, msgs []redis.XMessage, entries []Ent
 	keys := []string{p.stream, p.pending}
 	args := []any{GroupName}
 	for i, m := range msgs {
-		keys = append(keys, queuedKey(entries[i].VoucherID))
+		keys = append(keys, entries[i].queuedKey())
 		args = append(args, m.ID, entries[i].OrderID)
 	}
 	if err := ackScript.Run(ctx, p.rdb, keys, args...).Err(); err != nil {
@@ -510,14 +510,14 @@ func (p *Consumer) pruneConsumers(ctx context.Context) {
 }
 
 // parse reads an entry of this consumer's stream. An entry whose voucher
-// belongs to another shard (not written by accept.lua, which queues in
-// the voucher's own shard) is malformed too: the scripts that settle it
-// would touch keys of two cluster slots, which Redis Cluster refuses
-// (CROSSSLOT) however often they are tried.
+// (or bucket) belongs to another shard (not written by accept.lua, which
+// queues in the shard of the unit's own keys) is malformed too: the
+// scripts that settle it would touch keys of two cluster slots, which
+// Redis Cluster refuses (CROSSSLOT) however often they are tried.
 func (p *Consumer) parse(m redis.XMessage) (Entry, error) {
 	e, err := parseEntry(m)
-	if err == nil && stock.ShardOf(e.VoucherID) != p.cfg.Shard {
-		return Entry{}, fmt.Errorf("entry %s: voucher %d is of shard %d, not of this stream's %d", m.ID, e.VoucherID, stock.ShardOf(e.VoucherID), p.cfg.Shard)
+	if err == nil && e.shard() != p.cfg.Shard {
+		return Entry{}, fmt.Errorf("entry %s: voucher %d (bucket %d of %d) is of shard %d, not of this stream's %d", m.ID, e.VoucherID, e.Bucket, e.Buckets, e.shard(), p.cfg.Shard)
 	}
 	return e, err
 }

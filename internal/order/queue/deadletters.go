@@ -219,16 +219,25 @@ const maxRestocks = 2
 func (q *Queue) replay(ctx context.Context, d deadLetter, restock Restocker) (Replayed, error) {
 	r := Replayed{ID: d.id(), OrderID: field(d.XMessage, fieldOrder)}
 	e, err := parseEntry(d.XMessage)
-	if err != nil || stock.ShardOf(e.VoucherID) != d.shard {
+	if err != nil || e.shard() != d.shard {
 		r.Result = "malformed"
 		return r, nil
 	}
+	dead := func(Entry) string { return deadKey(d.shard) }
 	for attempt := 0; ; attempt++ {
-		code, err := acceptScript.Run(ctx, q.rdb, e.keys(deadKey(d.shard)), append(e.args(), d.ID)...).Int()
+		// Back into the bucket the dead letter's unit came from (its
+		// settlement gave it back there), claiming the buyer at home
+		// first if that is another bucket.
+		var res Result
+		if e.Bucket == e.home() {
+			res, err = q.run(ctx, e, dead(e), d.ID, 0)
+		} else {
+			res, err = q.elsewhere(ctx, &e, d.ID, dead)
+		}
 		if err != nil {
 			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", r.ID, err))
 		}
-		if res := Result(code); res != StockMissing {
+		if res != StockMissing {
 			r.Result = replayed(res)
 			return r, nil
 		}
@@ -261,9 +270,10 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	}
 	keys := []string{p.stream, p.dead, p.pending}
 	user := field(m, fieldUser)
-	if e, err := p.parse(m); err == nil {
-		k := stock.KeysOf(e.VoucherID)
-		keys = append(keys, k.Stock, k.Buyers, acceptedKey(e.VoucherID), queuedKey(e.VoucherID))
+	e, err := p.parse(m)
+	if err == nil {
+		k := stock.BucketKeys(e.VoucherID, e.Buckets, e.Bucket)
+		keys = append(keys, k.Stock, k.Buyers, e.acceptedKey(), e.queuedKey())
 	} else {
 		user = "" // malformed: no voucher's keys to settle
 	}
@@ -275,6 +285,17 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	}
 	if n == 1 {
 		p.log.Error("entry sent to the dead letters", "id", m.ID, "values", m.Values, "err", cause)
+	}
+	if n == 1 && user != "" && !keepBuyer && e.Bucket != e.home() {
+		// The unit came from another bucket than the buyer's home: the
+		// script settled the unit, and the buyer, remembered at home (in
+		// another slot), is forgotten here. Should that fail, they stay
+		// "already bought" until the voucher's keys are reloaded: a
+		// chance to buy lost, never a unit.
+		home := stock.BucketKeys(e.VoucherID, e.Buckets, e.home())
+		if err := p.rdb.SRem(ctx, home.Buyers, e.UserID).Err(); err != nil {
+			p.log.Warn("forget the buyer of a dead letter in their home bucket", "id", m.ID, "err", err)
+		}
 	}
 }
 

@@ -43,72 +43,117 @@ func (q *Queue) Find(ctx context.Context, orderID int64) (e Entry, failed, found
 	return e, status == markFailed, true, nil
 }
 
-// Queued returns the orders of voucherID that are in its shard's stream
-// and still marked pending: accepted, not yet written (a dead-lettered
-// entry stays in the stream until trimmed, but its order will never be
-// written). Some may be written meanwhile; the caller tells them apart in
-// MySQL.
-func (q *Queue) Queued(ctx context.Context, voucherID int64) ([]Entry, error) {
-	shard := stock.ShardOf(voucherID)
-	var mine []Entry
-	seen := map[int64]bool{}
-	err := q.eachEntry(ctx, StreamKey(shard), func(m redis.XMessage) {
-		// An order appears twice after its dead letter was replayed (the
-		// first entry stays until the stream is trimmed): it is one order.
-		if e, err := parseEntry(m); err == nil && e.VoucherID == voucherID && !seen[e.OrderID] {
-			seen[e.OrderID] = true
-			mine = append(mine, e)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read stream: %w", err)
-	}
+// Queued returns the orders of voucherID (of n buckets) that are in its
+// streams and still marked pending: accepted, not yet written (a
+// dead-lettered entry stays in the stream until trimmed, but its order
+// will never be written). Some may be written meanwhile; the caller tells
+// them apart in MySQL.
+func (q *Queue) Queued(ctx context.Context, voucherID int64, n int) ([]Entry, error) {
 	var out []Entry
-	for chunk := range slices.Chunk(mine, 1000) {
-		fields := make([]string, len(chunk))
-		for i, e := range chunk {
-			fields[i] = strconv.FormatInt(e.OrderID, 10)
-		}
-		vals, err := q.rdb.HMGet(ctx, pendingKey(shard), fields...).Result()
+	for _, shard := range shardsOf(voucherID, n) {
+		var mine []Entry
+		seen := map[int64]bool{}
+		err := q.eachEntry(ctx, StreamKey(shard), func(m redis.XMessage) {
+			// An order appears twice after its dead letter was replayed (the
+			// first entry stays until the stream is trimmed): it is one order.
+			if e, err := parseEntry(m); err == nil && e.VoucherID == voucherID && !seen[e.OrderID] {
+				seen[e.OrderID] = true
+				mine = append(mine, e)
+			}
+		})
 		if err != nil {
-			return nil, fmt.Errorf("read pending markers: %w", err)
+			return nil, fmt.Errorf("read stream: %w", err)
 		}
-		for i, v := range vals {
-			str, _ := v.(string)
-			if _, status, ok := parseMarker(chunk[i].OrderID, str); ok && status == markPending {
-				out = append(out, chunk[i])
+		for chunk := range slices.Chunk(mine, 1000) {
+			fields := make([]string, len(chunk))
+			for i, e := range chunk {
+				fields[i] = strconv.FormatInt(e.OrderID, 10)
+			}
+			vals, err := q.rdb.HMGet(ctx, pendingKey(shard), fields...).Result()
+			if err != nil {
+				return nil, fmt.Errorf("read pending markers: %w", err)
+			}
+			for i, v := range vals {
+				str, _ := v.(string)
+				if _, status, ok := parseMarker(chunk[i].OrderID, str); ok && status == markPending {
+					out = append(out, chunk[i])
+				}
 			}
 		}
 	}
 	return out, nil
 }
 
-// Quiet reports whether every order of voucherID accepted in the stream
-// has been written: its count of queued orders is zero, and, if the
-// stream holds entries at all, the consumer group exists. A stream without
-// the group is not quiet: after Redis restarted empty, accept.lua
-// recreates the stream (and the count) before any consumer recreates the
-// group, and orders wait that nobody has seen.
-func (q *Queue) Quiet(ctx context.Context, voucherID int64) (bool, error) {
-	stream := StreamKey(stock.ShardOf(voucherID))
-	pipe := q.rdb.Pipeline()
-	queued := pipe.Get(ctx, queuedKey(voucherID))
-	length := pipe.XLen(ctx, stream)
-	pipe.Exec(ctx) // each command's own error is read below
-	if err := errors.Join(answered(queued), answered(length)); err != nil {
-		return false, err
+// shardsOf lists the shards whose streams take the orders of voucherID
+// (of n buckets): one per bucket.
+func shardsOf(voucherID int64, n int) []int {
+	shards := make([]int, max(n, 1))
+	for b := range shards {
+		shards[b] = stock.BucketShard(voucherID, n, b)
 	}
-	if n, _ := queued.Int64(); n > 0 {
-		return false, nil
+	return shards
+}
+
+// Quiet reports whether every order of voucherID (of n buckets) accepted
+// in the streams has been written: each bucket's count of queued orders is
+// zero, and, where its stream holds entries at all, the consumer group
+// exists. A stream without the group is not quiet: after Redis restarted
+// empty, accept.lua recreates the stream (and the count) before any
+// consumer recreates the group, and orders wait that nobody has seen.
+func (q *Queue) Quiet(ctx context.Context, voucherID int64, n int) (bool, error) {
+	for b, shard := range shardsOf(voucherID, n) {
+		stream := StreamKey(shard)
+		pipe := q.rdb.Pipeline()
+		queued := pipe.Get(ctx, Entry{VoucherID: voucherID, Buckets: n, Bucket: b}.queuedKey())
+		length := pipe.XLen(ctx, stream)
+		pipe.Exec(ctx) // each command's own error is read below
+		if err := errors.Join(answered(queued), answered(length)); err != nil {
+			return false, err
+		}
+		if n, _ := queued.Int64(); n > 0 {
+			return false, nil
+		}
+		if length.Val() == 0 {
+			continue
+		}
+		groups, err := q.rdb.XInfoGroups(ctx, stream).Result()
+		if err != nil {
+			return false, err
+		}
+		if !slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == GroupName }) {
+			return false, nil
+		}
 	}
-	if length.Val() == 0 {
-		return true, nil
+	return true, nil
+}
+
+// AcceptedOf returns the orders of voucherID (of n buckets) that users had
+// accepted in Redis, by user (0 for none): in any bucket, whether written
+// to MySQL since or not, but for those dead-lettered. What the sweeper
+// asks, besides MySQL, before it forgets a buyer whose claim expired: the
+// request may have died after queueing the order with a unit of another
+// bucket, and before closing the claim.
+func (q *Queue) AcceptedOf(ctx context.Context, voucherID int64, n int, users []int64) (map[int64]int64, error) {
+	fields := make([]string, len(users))
+	for i, u := range users {
+		fields[i] = strconv.FormatInt(u, 10)
 	}
-	groups, err := q.rdb.XInfoGroups(ctx, stream).Result()
-	if err != nil {
-		return false, err
+	out := make(map[int64]int64, len(users))
+	for b := range max(n, 1) {
+		key := Entry{VoucherID: voucherID, Buckets: n, Bucket: b}.acceptedKey()
+		vals, err := q.rdb.HMGet(ctx, key, fields...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read accepted orders of voucher %d: %w", voucherID, err)
+		}
+		for i, v := range vals {
+			if str, ok := v.(string); ok {
+				if id, err := strconv.ParseInt(str, 10, 64); err == nil {
+					out[users[i]] = id
+				}
+			}
+		}
 	}
-	return slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == GroupName }), nil
+	return out, nil
 }
 
 // EachOrderID calls fn with the order ID of every entry in every stream

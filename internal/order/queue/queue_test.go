@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,17 +23,17 @@ func TestQueueQuietOnlyWhenTheVouchersOrdersAreWritten(t *testing.T) {
 	const v, other = 7, 7 + stock.Shards
 	quiet := func(want bool, when string) {
 		t.Helper()
-		got, err := q.Quiet(ctx, v)
+		got, err := q.Quiet(ctx, v, 1)
 		if err != nil || got != want {
 			t.Fatalf("%s: quiet = %v (%v), want %v", when, got, err, want)
 		}
 	}
 	quiet(true, "nothing ever queued")
-	rdb.Incr(ctx, queuedKey(v))
+	rdb.Incr(ctx, Entry{VoucherID: v}.queuedKey())
 	quiet(false, "one order of the voucher queued")
-	rdb.Decr(ctx, queuedKey(v))
+	rdb.Decr(ctx, Entry{VoucherID: v}.queuedKey())
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: StreamKey(stock.ShardOf(v)), Values: map[string]any{"id": "1", "voucher": other}})
-	rdb.Incr(ctx, queuedKey(other))
+	rdb.Incr(ctx, Entry{VoucherID: other}.queuedKey())
 	quiet(false, "entries in a stream without its group")
 	if err := rdb.XGroupCreate(ctx, StreamKey(stock.ShardOf(v)), GroupName, "0").Err(); err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestQueueReadsSeeEveryCommandsError(t *testing.T) {
 	ctx := context.Background()
 	const v = 7
 	rdb.Set(ctx, StreamKey(stock.ShardOf(v)), "not a stream", 0)
-	if q, err := q.Quiet(ctx, v); err == nil {
+	if q, err := q.Quiet(ctx, v, 1); err == nil {
 		t.Fatalf("quiet = %v with its stream unreadable; want an error", q)
 	}
 	rdb.Set(ctx, pendingKey(stock.Shards-1), "not a hash", 0)
@@ -73,7 +74,7 @@ func TestQueuedCountsAReplayedOrderOnce(t *testing.T) {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: StreamKey(shard), Values: map[string]any{"id": "42", "user": "5", "voucher": v, "at": "1700000000000"}})
 	}
 	rdb.HSet(ctx, pendingKey(shard), "42", "5:7:1700000000000:pending")
-	got, err := q.Queued(ctx, v)
+	got, err := q.Queued(ctx, v, 1)
 	if err != nil || len(got) != 1 || got[0].OrderID != 42 || got[0].UserID != 5 {
 		t.Fatalf("Queued = %+v, %v; want order 42 of user 5, once", got, err)
 	}
@@ -87,5 +88,5 @@ func emptyQueue(t *testing.T) (*redis.Client, *Queue) {
 	if err := rdb.FlushDB(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	return rdb, New(rdb)
+	return rdb, New(rdb, stock.NewStore(rdb, time.Minute))
 }

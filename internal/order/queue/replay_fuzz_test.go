@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -73,7 +74,8 @@ func FuzzReplayInput(f *testing.F) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Replay needs nothing but Redis before it has checked its input.
 	restock := func(context.Context, int64) error { return nil } // replay is async mode's
-	h := NewHandler(New(testenv.DownRedis(f)), restock, log)
+	down := testenv.DownRedis(f)
+	h := NewHandler(New(down, stock.NewStore(down, time.Minute)), restock, log)
 	r := gin.New()
 	r.Use(web.Recover(log), web.ReadBody(web.BodyTimeout, web.MaxBody))
 	r.POST("/admin/dead-letters/replay", h.Replay)
