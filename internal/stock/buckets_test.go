@@ -260,7 +260,7 @@ func TestBucketsAskOnlyWhereStockIs(t *testing.T) {
 	if _, res, err := s.Take(ctx, id, n, user); err != nil || res != stock.Taken {
 		t.Fatalf("take: %v %v", res, err)
 	}
-	if scripts := scriptsIn(rdb.Info(ctx, "commandstats").Val()); scripts != 3 {
+	if scripts := testenv.ScriptsIn(rdb.Info(ctx, "commandstats").Val()); scripts != 3 {
 		t.Errorf("a take from the last bucket ran %d scripts, want 3", scripts)
 	}
 }
@@ -531,7 +531,7 @@ func TestBucketsSpreadOverMasters(t *testing.T) {
 // 1..users from 16 goroutines, and returns each master's script calls.
 func spread(t testing.TB, c *testenv.Cluster, take func(user int64), users int64) map[string]int64 {
 	t.Helper()
-	resetStats(t, c)
+	c.ResetStats(t)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
@@ -542,43 +542,7 @@ func spread(t testing.TB, c *testenv.Cluster, take func(user int64), users int64
 		})
 	}
 	wg.Wait()
-	return scriptCalls(t, c)
-}
-
-func resetStats(t testing.TB, c *testenv.Cluster) {
-	t.Helper()
-	for _, m := range c.Masters(t) {
-		if err := m.Client(t).ConfigResetStat(context.Background()).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// scriptCalls reads each master's EVALSHA and EVAL calls from INFO
-// commandstats.
-func scriptCalls(t testing.TB, c *testenv.Cluster) map[string]int64 {
-	t.Helper()
-	calls := map[string]int64{}
-	for _, m := range c.Masters(t) {
-		calls[m.Addr()] = scriptsIn(m.Client(t).Info(context.Background(), "commandstats").Val())
-	}
-	return calls
-}
-
-// scriptsIn counts the scripts run (EVALSHA and EVAL calls) in the output
-// of INFO commandstats.
-func scriptsIn(info string) int64 {
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-				var v int64
-				fmt.Sscanf(rest, "%d", &v)
-				n += v
-			}
-		}
-	}
-	return n
+	return c.ScriptCalls(t)
 }
 
 // BenchmarkBucketedTake takes units of a hot voucher of three buckets on a
@@ -595,7 +559,7 @@ func BenchmarkBucketedTake(b *testing.B) {
 		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
 			id := newBucketed(b, rdb, s, math.MaxInt32, n)
 			var users atomic.Int64
-			resetStats(b, c)
+			c.ResetStats(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -606,7 +570,7 @@ func BenchmarkBucketedTake(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			calls := scriptCalls(b, c)
+			calls := c.ScriptCalls(b)
 			var total, most int64
 			for _, v := range calls {
 				total += v

@@ -237,3 +237,41 @@ func masterIs(nodes []redis.Node, addr string) bool {
 	}
 	return false
 }
+
+// ResetStats zeroes every master's command statistics (CONFIG RESETSTAT),
+// so that ScriptCalls counts from here.
+func (c *Cluster) ResetStats(t testing.TB) {
+	t.Helper()
+	for _, m := range c.Masters(t) {
+		if err := m.Client(t).ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ScriptCalls reads each master's script calls (EVALSHA and EVAL) from
+// INFO commandstats, by address: how the work of a sale spread over them.
+func (c *Cluster) ScriptCalls(t testing.TB) map[string]int64 {
+	t.Helper()
+	calls := map[string]int64{}
+	for _, m := range c.Masters(t) {
+		calls[m.Addr()] = ScriptsIn(m.Client(t).Info(context.Background(), "commandstats").Val())
+	}
+	return calls
+}
+
+// ScriptsIn counts the scripts run (EVALSHA and EVAL calls) in the output
+// of INFO commandstats.
+func ScriptsIn(info string) int64 {
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				var v int64
+				fmt.Sscanf(rest, "%d", &v)
+				n += v
+			}
+		}
+	}
+	return n
+}
