@@ -46,8 +46,7 @@ const (
 	// nothing was taken, and the claim is dropped.
 	Lapsed Result = 6
 	// AlreadyBuying: another request of the user holds a claim in their
-	// home bucket; if it fails, the user may buy again. Not the script's:
-	// package stock's Claim answers it.
+	// home bucket; if it fails, the user may buy again.
 	AlreadyBuying Result = 7
 )
 

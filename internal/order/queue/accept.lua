@@ -12,6 +12,8 @@
 -- KEYS[6] the bucket's count of orders in the stream not yet written
 -- KEYS[7] a new order: its request's void mark (see lost.lua);
 --         a replay: the dead letters
+-- KEYS[8] the bucket's claims (package stock's: user -> deadline, buyers
+--         whose unit is being taken in another bucket)
 -- ARGV[1] user ID   ARGV[2] voucher ID   ARGV[3] time accepted, in ms
 -- ARGV[4] the order's ID (a decimal string: Lua numbers cannot hold 63 bits)
 -- ARGV[5] a replay: the dead letter's entry ID; a new order: ''
@@ -26,7 +28,8 @@
 -- order), 3 stock key missing (reload it, then try again), 4 a new
 -- order's request was declared lost before it ran (its caller was already
 -- answered), 5 no such dead letter (replayed already), 6 the claim is too
--- old (see ARGV[8]). Only 0 changes anything.
+-- old (see ARGV[8]), 7 another request of the user holds a claim here (it
+-- may yet fail, and the user buy again). Only 0 changes anything.
 --
 -- Taking the unit, remembering the user and appending the order in one
 -- script means there is no moment at which one has happened without the
@@ -54,6 +57,9 @@ if tonumber(stock) <= 0 then
   return 1
 end
 if not claimed and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  if redis.call('ZSCORE', KEYS[8], ARGV[1]) then
+    return 7
+  end
   return 2
 end
 local id = ARGV[4]

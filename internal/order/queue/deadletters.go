@@ -203,8 +203,8 @@ func replayed(res Result) string {
 		return "requeued"
 	case SoldOut:
 		return "sold_out"
-	case AlreadyBought:
-		return "already_ordered"
+	case AlreadyBought, AlreadyBuying:
+		return "already_ordered" // or buying it right now, by another request
 	case noDeadLetter:
 		return "not_found" // replayed already
 	}
@@ -236,6 +236,9 @@ func (q *Queue) replay(ctx context.Context, d deadLetter, restock Restocker) (Re
 		}
 		if err != nil {
 			return r, apperr.Down(fmt.Errorf("replay dead letter %s: %w", r.ID, err))
+		}
+		if res == Lapsed {
+			return r, apperr.Down(fmt.Errorf("replay dead letter %s: stalled past its buyer's claim; nothing was taken, try again", r.ID))
 		}
 		if res != StockMissing {
 			r.Result = replayed(res)

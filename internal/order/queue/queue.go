@@ -175,7 +175,7 @@ func (e Entry) args(replay string, until int64) []any {
 // keys are accept.lua's keys for e, the last one given.
 func (e Entry) keys(last string) []string {
 	k := stock.BucketKeys(e.VoucherID, e.Buckets, e.Bucket)
-	return []string{k.Stock, k.Buyers, StreamKey(e.shard()), pendingKey(e.shard()), e.acceptedKey(), e.queuedKey(), last}
+	return []string{k.Stock, k.Buyers, StreamKey(e.shard()), pendingKey(e.shard()), e.acceptedKey(), e.queuedKey(), last, k.Claims}
 }
 
 // home is the bucket where e's user is remembered as a buyer.
