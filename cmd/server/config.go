@@ -31,6 +31,10 @@ type config struct {
 	Pprof       bool           // PPROF: Go's profiles at /debug/pprof/ on MetricsAddr
 	Tracing     tracing.Config // OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME
 	MySQLDSN    string         // normalised: parseTime=true, loc=UTC
+	// MySQLNodes are more nodes of the DSN's cluster (MYSQL_NODES), in the
+	// order to fall back on them when the DSN's node is down or not
+	// Synced (package dbnodes); empty: the DSN's node alone.
+	MySQLNodes  []string
 	RedisDB     int
 	Redis       redisConfig // REDIS_ADDR or REDIS_ADDRS, and how to reach them
 	JWTSecret   []byte
@@ -140,6 +144,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		dsn, err := normaliseDSN(c.MySQLDSN, hold)
 		v.add(err)
 		c.MySQLDSN = dsn
+		if len(c.MySQLNodes) > 0 {
+			// A socket names one server on this machine: there is nothing
+			// to fall back on.
+			if cfg, err := mysql.ParseDSN(dsn); err == nil && cfg.Net != "tcp" {
+				v.errorf("MYSQL_NODES needs a MYSQL_DSN over tcp(host:port), not %s(%s)", cfg.Net, cfg.Addr)
+			}
+		}
+	} else if len(c.MySQLNodes) > 0 {
+		v.add(errors.New("MYSQL_NODES lists more nodes of MYSQL_DSN's cluster: set MYSQL_DSN too"))
 	}
 	return c, errors.Join(v.errs...)
 }
@@ -189,6 +202,12 @@ func httpVars(c *config, v *vars) {
 // known.
 func mysqlVars(c *config, v *vars) {
 	c.MySQLDSN = v.str("MYSQL_DSN", "")
+	c.MySQLNodes = v.list("MYSQL_NODES", "")
+	for _, a := range c.MySQLNodes {
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			v.errorf("MYSQL_NODES: %q is not host:port", a)
+		}
+	}
 	// Three instances at 30 connections each leave 60 of MariaDB's default
 	// 151 for tools, migrations and tests.
 	c.MySQLMaxConns = v.int("MYSQL_MAX_OPEN_CONNS", 30, 1, 1000)

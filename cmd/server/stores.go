@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -19,6 +20,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"seckill/internal/autopipe"
+	"seckill/internal/dbnodes"
 	"seckill/internal/stock"
 	"seckill/internal/tracing"
 	"seckill/migrations"
@@ -53,6 +55,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		Logger:                 logger.Discard,
 	}
 	dialect := migrations.MySQL
+	dsn := cfg.MySQLDSN // through dbnodes with MYSQL_NODES (viaNodes)
 	if cfg.embedded() {
 		log.Warn("EMBEDDED DEMO MODE: in-process Redis and in-memory SQLite; single instance only, nothing is kept. Set MYSQL_DSN and REDIS_ADDR for the real stack.")
 		mr := miniredis.NewMiniRedis()
@@ -89,9 +92,13 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		if err := tracer.Redis(st.rdb); err != nil {
 			return nil, err
 		}
-		dialector := mysql.Open(cfg.MySQLDSN)
+		if dsn, err = viaNodes(cfg, st, log); err != nil {
+			st.close()
+			return nil, err
+		}
+		dialector := mysql.Open(dsn)
 		if tracer != nil {
-			pool, err := tracer.OpenMySQL(cfg.MySQLDSN)
+			pool, err := tracer.OpenMySQL(dsn)
 			if err != nil {
 				return nil, fmt.Errorf("open mysql: %w", err)
 			}
@@ -127,6 +134,13 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		sqlDB.SetMaxOpenConns(cfg.MySQLMaxConns)
 		sqlDB.SetMaxIdleConns(cfg.MySQLMaxConns)
 		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+		if len(cfg.MySQLNodes) > 0 {
+			// After a failover the pool's connections live on the next
+			// node. Renewed within a minute, they are back on the DSN's
+			// own once it is up again, where the other instances that
+			// prefer it write too (README, "MySQL on a Galera cluster").
+			sqlDB.SetConnMaxLifetime(nodesConnLifetime)
+		}
 	}
 	for _, addr := range cfg.RedLockAddrs {
 		// As NewRedLock asks: ctx deadlines honoured, so a stalled
@@ -142,11 +156,36 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		st.close()
 		return nil, err
 	}
-	if err := migrate(ctx, cfg, sqlDB, dialect); err != nil {
+	if err := migrate(ctx, cfg, dsn, sqlDB, dialect); err != nil {
 		st.close()
 		return nil, err
 	}
 	return st, nil
+}
+
+// nodesConnLifetime is how long a MySQL connection lives with
+// MYSQL_NODES: how soon an instance is back on its preferred node.
+const nodesConnLifetime = time.Minute
+
+// viaNodes returns the DSN to open MySQL with: cfg's own, or, with
+// MYSQL_NODES, one whose connections go to the first node that is up and
+// Synced, the DSN's own first (package dbnodes). The nodes are let go
+// when st closes, after the pools that dial them.
+func viaNodes(cfg config, st *stores, log *slog.Logger) (string, error) {
+	if len(cfg.MySQLNodes) == 0 {
+		return cfg.MySQLDSN, nil
+	}
+	mcfg, err := gomysql.ParseDSN(cfg.MySQLDSN)
+	if err != nil {
+		return "", err
+	}
+	nodes, err := dbnodes.Open(mcfg, cfg.MySQLNodes, log)
+	if err != nil {
+		return "", err
+	}
+	st.closers = append(st.closers, nodes.Close)
+	log.Info("MySQL through several nodes, in this order", "nodes", strings.Join(nodes.Addrs(), ","))
+	return nodes.Config().FormatDSN(), nil
 }
 
 // newRedis makes the client of the Redis cfg names: one node, or the
@@ -200,11 +239,11 @@ func blockingReaders(cfg config) int {
 // sized for orders (a third of the hold), and an ALTER TABLE on a big
 // table may rightly take minutes. Killed by the driver halfway, it would
 // run on in the server while its version was never recorded.
-func migrate(ctx context.Context, cfg config, pool *sql.DB, dialect string) error {
+func migrate(ctx context.Context, cfg config, dsn string, pool *sql.DB, dialect string) error {
 	if cfg.embedded() {
 		return migrations.Apply(ctx, pool, dialect)
 	}
-	mcfg, err := gomysql.ParseDSN(cfg.MySQLDSN)
+	mcfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		return err
 	}
