@@ -2,10 +2,23 @@
 // dialect, built into the binary, and applies the ones a database lacks.
 //
 // Each file runs once per database; the versions applied are recorded in
-// schema_migrations. On MySQL, several instances starting at once take the
-// named lock GET_LOCK('seckill.migrate.<database>') first, so exactly one applies and
-// the others find the work done. Files hold plain statements separated by
-// a semicolon at the end of a line.
+// schema_migrations. On MySQL, several instances starting at once take a
+// lock first, so exactly one applies and the others find the work done.
+// Files hold plain statements separated by a semicolon at the end of a
+// line.
+//
+// The lock is a lease: a row in schema_migrations_lease, naming its holder
+// and until when it holds it. A named lock (GET_LOCK) is not enough: it
+// lives in one server's memory, and on a Galera cluster each node has its
+// own, so instances starting at once on different nodes both took it,
+// both migrated, and one died recording a version the other had recorded
+// (Error 1062, Duplicate entry '1' for schema_migrations; issue 23). A row
+// is replicated like any write: of two nodes taking it at once, Galera's
+// certification lets one commit and refuses the other (error 1213). The
+// holder renews the lease while it works; one that dies leaves it to
+// expire, after leaseFor, and another instance takes over. GET_LOCK('seckill.migrate.<database>') is
+// still taken first: it is what instances of earlier versions take, and
+// on one server it keeps a second instance from polling the row.
 //
 // Every statement must answer within the DSN's readTimeout, or the driver
 // gives up on it and the connection: so the lock is not waited for in one
@@ -56,11 +69,32 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
 		return fmt.Errorf("migrations: connect: %w", err)
 	}
 	defer conn.Close()
+	record := func(ctx context.Context, s step) error {
+		_, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", s.version, s.name)
+		if err != nil {
+			return fmt.Errorf("migrations: record %s: %w", s.name, err)
+		}
+		return nil
+	}
 	if dialect == MySQL {
 		if err := lock(ctx, conn); err != nil {
 			return err
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(CONCAT('seckill.migrate.', DATABASE()))")
+		l, lerr := takeLease(ctx, conn, db)
+		if lerr != nil {
+			return lerr
+		}
+		defer l.release(context.WithoutCancel(ctx))
+		// Lost while working (not renewed in time): stop, rather than run
+		// statements another instance may be running too.
+		ctx = l.ctx
+		defer func() {
+			if err != nil && errors.Is(context.Cause(ctx), errLeaseLost) {
+				err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+			}
+		}()
+		record = func(ctx context.Context, s step) error { return l.record(ctx, conn, s) }
 	}
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INT         NOT NULL PRIMARY KEY,
@@ -77,6 +111,9 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
 			continue
 		}
 		if err := s.run(ctx, conn); err != nil {
+			return err
+		}
+		if err := record(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -169,20 +206,17 @@ func applied(ctx context.Context, q querier) (map[int]bool, error) {
 	return done, rows.Err()
 }
 
-// run executes a file's statements, then records it. MySQL commits DDL
-// implicitly, so a run cut short (a process killed, a connection lost)
-// leaves some statements applied and the file unrecorded, and the next
-// run executes them again: the files use IF NOT EXISTS where MySQL has it,
-// and an ALTER TABLE ... ADD that finds what it adds already there is
-// skipped (alreadyAdded).
+// run executes a file's statements; Apply then records it. MySQL commits
+// DDL implicitly, so a run cut short (a process killed, a connection
+// lost, the lease lost) leaves some statements applied and the file
+// unrecorded, and the next run executes them again: the files use IF NOT
+// EXISTS where MySQL has it, and an ALTER TABLE ... ADD that finds what it
+// adds already there is skipped (alreadyAdded).
 func (s step) run(ctx context.Context, q querier) error {
 	for _, stmt := range Statements(s.sql) {
 		if _, err := q.ExecContext(ctx, stmt); err != nil && !alreadyAdded(stmt, err) {
 			return fmt.Errorf("migrations: %s: %w", s.name, err)
 		}
-	}
-	if _, err := q.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", s.version, s.name); err != nil {
-		return fmt.Errorf("migrations: record %s: %w", s.name, err)
 	}
 	return nil
 }

@@ -331,6 +331,79 @@ func TestApplyMySQLWaitEndsWithContext(t *testing.T) {
 	}
 }
 
+// holdLease writes the migration lease as another instance holding it
+// would, until expires seconds from now (negative: expired), with no named
+// lock: as an instance on another Galera node, whose GET_LOCK this server
+// never sees. It returns a function that deletes the lease.
+func holdLease(t *testing.T, db *sql.DB, expires int) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	if err := migrations.Apply(ctx, db, migrations.MySQL); err != nil { // makes the lease's table
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "REPLACE INTO schema_migrations_lease (id, holder, expires) VALUES (1, 'another node', UTC_TIMESTAMP(3) + INTERVAL ? SECOND)", expires); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := db.ExecContext(ctx, "DELETE FROM schema_migrations_lease WHERE holder = 'another node'"); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestApplyMySQLWaitsForTheLease: another instance holds the lease (as on
+// another Galera node, where GET_LOCK excludes nobody): Apply waits until
+// it is released, and only then migrates.
+func TestApplyMySQLWaitsForTheLease(t *testing.T) {
+	db := openMySQL(t)
+	release := holdLease(t, db, 60)
+	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = 1"); err != nil { // work to do
+		t.Fatal(err)
+	}
+	const held = 1500 * time.Millisecond
+	time.AfterFunc(held, release)
+	began := time.Now()
+	if err := migrations.Apply(context.Background(), db, migrations.MySQL); err != nil {
+		t.Fatalf("apply while another instance held the lease for %s: %v", held, err)
+	}
+	if waited := time.Since(began); waited < held-100*time.Millisecond {
+		t.Errorf("apply returned after %s, before the lease held for %s was released", waited, held)
+	}
+	if got := versionsApplied(t, db); len(got) != fileCount(t, migrations.MySQL) {
+		t.Errorf("schema_migrations holds %v, want one row per file", got)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM schema_migrations_lease").Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d leases left after apply (%v), want the lease released", n, err)
+	}
+}
+
+// TestApplyMySQLTakesAnExpiredLease: the holder died while migrating and
+// its lease has run out: the next instance takes it at once.
+func TestApplyMySQLTakesAnExpiredLease(t *testing.T) {
+	db := openMySQL(t)
+	holdLease(t, db, -1)
+	began := time.Now()
+	if err := migrations.Apply(context.Background(), db, migrations.MySQL); err != nil {
+		t.Fatalf("apply with an expired lease: %v", err)
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Errorf("apply waited %s for a lease that had expired", waited)
+	}
+}
+
+// TestApplyMySQLLeaseWaitEndsWithContext: waiting for the lease ends when
+// ctx does.
+func TestApplyMySQLLeaseWaitEndsWithContext(t *testing.T) {
+	db := openMySQL(t)
+	holdLease(t, db, 60)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if err := migrations.Apply(ctx, db, migrations.MySQL); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("apply with the lease held and a short context: %v, want the context's deadline", err)
+	}
+}
+
 // schema is what both dialects must agree on: per table, its sorted
 // column names; and per table, its unique indexes as column lists.
 type schema struct {
@@ -384,8 +457,10 @@ func mysqlSchema(t *testing.T, db *sql.DB) schema {
 	s := schema{Columns: map[string][]string{}, Unique: map[string][][]string{}, NotNull: map[string]bool{}}
 	// ORDER BY BINARY: byte order, as Go sorts the
 	// SQLite side (the default collation sorts "_" after letters).
+	// schema_migrations_lease is the runner's lock on MySQL (lease.go), a
+	// table the embedded demo's single process does without.
 	rows, err := db.Query(`SELECT table_name, column_name, is_nullable FROM information_schema.columns
-		WHERE table_schema = DATABASE() ORDER BY table_name, BINARY column_name`)
+		WHERE table_schema = DATABASE() AND table_name != 'schema_migrations_lease' ORDER BY table_name, BINARY column_name`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +476,7 @@ func mysqlSchema(t *testing.T, db *sql.DB) schema {
 	}
 	rows.Close()
 	rows, err = db.Query(`SELECT table_name, index_name, column_name FROM information_schema.statistics
-		WHERE table_schema = DATABASE() AND non_unique = 0 ORDER BY table_name, index_name, seq_in_index`)
+		WHERE table_schema = DATABASE() AND table_name != 'schema_migrations_lease' AND non_unique = 0 ORDER BY table_name, index_name, seq_in_index`)
 	if err != nil {
 		t.Fatal(err)
 	}
