@@ -99,11 +99,13 @@ func tryLease(ctx context.Context, conn *sql.Conn, holder string) (bool, error) 
 	if _, err := conn.ExecContext(ctx, claim, holder, int(leaseFor.Seconds())); err != nil {
 		return false, err
 	}
+	// No row: the holder released the lease between the two statements.
 	var now string
-	if err := conn.QueryRowContext(ctx, "SELECT holder FROM schema_migrations_lease WHERE id = 1").Scan(&now); err != nil {
-		return false, err
+	err := conn.QueryRowContext(ctx, "SELECT holder FROM schema_migrations_lease WHERE id = 1").Scan(&now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
 	}
-	return now == holder, nil
+	return err == nil && now == holder, err
 }
 
 // conflict reports whether err is MySQL's error 1213: the statement's
