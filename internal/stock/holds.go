@@ -50,7 +50,13 @@ var (
 // close runs confirm.lua: it closes user's entry in entries (holds or
 // claims) and, if remember, adds the user to buyers.
 func (s *Store) close(ctx context.Context, entries, buyers string, userID int64, remember bool) (bool, error) {
-	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, flag(remember)).Int()
+	return s.closeWith(ctx, entries, buyers, userID, flag(remember))
+}
+
+// closeWith runs confirm.lua with its remember argument: "1", "0", or
+// "open" (remember only if the entry was still open).
+func (s *Store) closeWith(ctx context.Context, entries, buyers string, userID int64, remember string) (bool, error) {
+	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, remember).Int()
 	return n == 1, err
 }
 
@@ -161,7 +167,13 @@ func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, ord
 		back, err := s.giveBack(ctx, k, entries, l.User, home, true, !l.Claim)
 		return back && !l.Claim, err
 	}
-	if _, err := s.close(ctx, entries, k.Buyers, l.User, home); err != nil {
+	remember := flag(home)
+	if l.Claim {
+		// Only while the claim is open: an async order dead-lettered
+		// since the caller looked forgot the buyer and dropped the claim.
+		remember = "open"
+	}
+	if _, err := s.closeWith(ctx, entries, k.Buyers, l.User, remember); err != nil {
 		return false, fmt.Errorf("close hold of user %d on voucher %d: %w", l.User, voucherID, err)
 	}
 	return false, nil

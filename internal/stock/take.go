@@ -190,10 +190,15 @@ func (s *Store) Claim(ctx context.Context, voucherID int64, n int, userID int64)
 }
 
 // KeepClaim closes user's claim once their order is queued: they stay a
-// buyer, as after Confirm.
+// buyer, as after Confirm, and are remembered again should a reload have
+// forgotten them meanwhile, but only if the claim is still open. A
+// consumer may have dead-lettered the order in the moment between
+// (package order/queue: that forgets the buyer and drops the claim), and
+// a buyer remembered again then would hold no order and be told "already
+// bought" for good.
 func (s *Store) KeepClaim(ctx context.Context, voucherID int64, n int, userID int64) error {
 	home := BucketKeys(voucherID, n, Home(userID, n))
-	if _, err := s.close(ctx, home.Claims, home.Buyers, userID, true); err != nil {
+	if _, err := s.closeWith(ctx, home.Claims, home.Buyers, userID, "open"); err != nil {
 		return fmt.Errorf("keep claim of user %d on voucher %d: %w", userID, voucherID, err)
 	}
 	return nil

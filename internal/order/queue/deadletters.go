@@ -292,11 +292,18 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	if n == 1 && user != "" && !keepBuyer && e.Bucket != e.home() {
 		// The unit came from another bucket than the buyer's home: the
 		// script settled the unit, and the buyer, remembered at home (in
-		// another slot), is forgotten here. Should that fail, they stay
-		// "already bought" until the voucher's keys are reloaded: a
-		// chance to buy lost, never a unit.
+		// another slot), is forgotten here, with the claim that may still
+		// be open there (the request between its accept and closing the
+		// claim, which then remembers nobody: stock's KeepClaim). Should
+		// that fail, they stay "already bought" until the voucher's keys
+		// are reloaded: a chance to buy lost, never a unit.
 		home := stock.BucketKeys(e.VoucherID, e.Buckets, e.home())
-		if err := p.rdb.SRem(ctx, home.Buyers, e.UserID).Err(); err != nil {
+		_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.ZRem(ctx, home.Claims, e.UserID)
+			pipe.SRem(ctx, home.Buyers, e.UserID)
+			return nil
+		})
+		if err != nil {
 			p.log.Warn("forget the buyer of a dead letter in their home bucket", "id", m.ID, "err", err)
 		}
 	}
