@@ -103,7 +103,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		qcfg := queue.DefaultConfig
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
 		qcfg.OnBatch = a.metrics.ConsumerBatch
-		a.consumers = queue.NewConsumers(st.rdb, order.QueueWriter(st.db, a.vouchers), now, qcfg, log)
+		a.consumers = queue.NewConsumers(st.rdb, a.orders.QueueWriter(), now, qcfg, log)
 	}
 	a.liveSrc = live.NewSource(st.db, st.rdb, a.vouchers, stocks, queueStats, now)
 	if cfg.LiveCrowd {

@@ -8,8 +8,10 @@
 //     code, and how long the whole request took (Seckill, a middleware);
 //   - how long each stage of a request took: the stock script in Redis, the
 //     per-user lock, the MySQL commit; what became of the lock; how many
-//     orders each group commit wrote; what the sweeper repaired (package
-//     order reports them through order.Observer, which Metrics implements);
+//     orders each group commit wrote; the transactions of orders that
+//     lost a conflict and were run again; what the sweeper repaired
+//     (package order reports them through order.Observer, which Metrics
+//     implements);
 //   - how many entries each batch of async mode's consumer wrote
 //     (ConsumerBatch, the consumer's Config.OnBatch);
 //   - read when scraped: the orders stream's backlog, and the Redis and
@@ -57,6 +59,7 @@ type Metrics struct {
 	stages    map[string]prometheus.Observer // read-only after New
 	locks     map[string]prometheus.Counter  // read-only after New
 	committed prometheus.Observer
+	conflicts prometheus.Counter
 	consumer  prometheus.Observer
 	reclaimed prometheus.Counter
 	drift     prometheus.Counter
@@ -140,6 +143,12 @@ func New(log *slog.Logger) *Metrics {
 		Buckets: batchBuckets,
 	})
 	m.committed = committed
+	conflicts := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seckill_mysql_conflicts_total",
+		Help: "Transactions of orders (sync mode's group commit and single writes, async mode's batches) that MySQL rolled back for a conflict " +
+			"(error 1213: a deadlock, or on a Galera cluster another node's write to the same row certified first) and that were run again.",
+	})
+	m.conflicts = conflicts
 	consumer := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "seckill_consumer_batch_size",
 		Help:    "Stream entries settled per MySQL transaction by async mode's consumer.",
@@ -173,7 +182,7 @@ func New(log *slog.Logger) *Metrics {
 	for _, r := range cancelReasons {
 		m.cancelled[r] = cancelled.WithLabelValues(r)
 	}
-	reg.MustRegister(answers, request, stages, locks, committed, consumer, reclaimed, drift, cancelled)
+	reg.MustRegister(answers, request, stages, locks, committed, conflicts, consumer, reclaimed, drift, cancelled)
 	return m
 }
 
@@ -238,6 +247,9 @@ func (m *Metrics) UserLock(result string) {
 
 // Committed implements order.Observer.
 func (m *Metrics) Committed(n int) { m.committed.Observe(float64(n)) }
+
+// Conflict implements order.Observer.
+func (m *Metrics) Conflict() { m.conflicts.Inc() }
 
 // Reclaimed implements order.Observer.
 func (m *Metrics) Reclaimed() { m.reclaimed.Inc() }

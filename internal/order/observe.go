@@ -21,6 +21,11 @@ type Observer interface {
 	// Committed reports one transaction of sync mode's group commit
 	// (writer.go) that committed n orders.
 	Committed(n int)
+	// Conflict reports a transaction of orders that lost a conflict and
+	// was rolled back (MySQL's error 1213: a deadlock, or on Galera a
+	// certification conflict with another node's write), to be run again
+	// (retryConflicts).
+	Conflict()
 	// Reclaimed reports a unit the sweeper took back from an abandoned hold.
 	Reclaimed()
 	// DriftCorrected reports that the sweeper set a voucher's Redis stock
@@ -69,6 +74,7 @@ type nobody struct{}
 func (nobody) Stage(string, time.Duration) {}
 func (nobody) UserLock(string)             {}
 func (nobody) Committed(int)               {}
+func (nobody) Conflict()                   {}
 func (nobody) Reclaimed()                  {}
 func (nobody) DriftCorrected()             {}
 func (nobody) Paid()                       {}

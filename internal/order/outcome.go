@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -102,7 +103,9 @@ func commitOutcome(err error) Outcome {
 // else says nothing about the rows: MySQL could not be reached, did not
 // answer, answered that it cannot write now (read-only during a failover,
 // disk full, too many connections, shutting down, no quorum, a lock wait,
-// a deadlock), or lost the answer to a COMMIT. A MySQL error number not
+// a deadlock or a Galera certification conflict, a Galera node that is not
+// Synced: 1047, "WSREP has not yet prepared node for application use"),
+// or lost the answer to a COMMIT. A MySQL error number not
 // known here counts as not permanent: async mode retries such a write for
 // as long as it takes, which costs a log line a minute; taking it for a
 // verdict would dead-letter an order that was answered 200.
@@ -126,6 +129,67 @@ func permanent(err error) bool {
 		}
 	}
 	return false
+}
+
+// A conflict is a transaction MySQL rolled back whole, with error 1213,
+// because another one wanted the same rows: on one server InnoDB's
+// deadlock detector chose it as the victim; on a Galera cluster, another
+// node's transaction writing the same row (the hot voucher's stock) was
+// certified first, and this one is refused at COMMIT, or aborted at its
+// next statement. Nothing of it was written, so running it again, whole,
+// is safe: the orders' rows are as new as they were, and the guards
+// (stock >= n, the unique (user_id, voucher_id)) are checked again.
+//
+// A lock wait timeout (1205) is not retried here: it means a lock was
+// held for seconds (innodb_lock_wait_timeout, a third of the hold), not
+// a race lost by milliseconds; another try would wait as long again,
+// past the request's deadline. It stays transient (async mode writes
+// the batch again later).
+
+// conflictTries is how often a transaction of orders is run in all, the
+// first time included, while it loses conflicts. Conflicts on one hot row
+// are many but brief: with a few nodes writing it, a batch that lost
+// wins one of the next tries. Each try costs a round trip or two, and the
+// request's deadline (WriteTimeout) bounds them all.
+const conflictTries = 8
+
+// conflictPause is the first pause before a conflict's retry; it doubles
+// up to maxConflictPause, each pause drawn at random from its upper half
+// so that the losers of one conflict do not meet again in step.
+const (
+	conflictPause    = 2 * time.Millisecond
+	maxConflictPause = 50 * time.Millisecond
+)
+
+// conflict reports whether err is a conflict.
+func conflict(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
+// retryConflicts runs write, a whole transaction, until it does not lose a
+// conflict, conflictTries times at most, while ctx lasts: each conflict
+// is counted (obs.Conflict) and retried after a short pause. What write
+// returns otherwise (written, refused, unknown, another failure) is
+// returned as it is.
+func retryConflicts(ctx context.Context, obs Observer, write func() (Outcome, error)) (Outcome, error) {
+	pause := conflictPause
+	for try := 1; ; try++ {
+		outcome, err := write()
+		if outcome != NotWritten || !conflict(err) {
+			return outcome, err
+		}
+		obs.Conflict()
+		if try == conflictTries {
+			return outcome, fmt.Errorf("lost %d conflicts in a row: %w", try, err)
+		}
+		select {
+		case <-ctx.Done():
+			return outcome, err
+		case <-time.After(pause/2 + rand.N(pause/2+1)):
+		}
+		pause = min(2*pause, maxConflictPause)
+	}
 }
 
 // resolve finds out whether o was committed, after a COMMIT whose answer

@@ -38,6 +38,87 @@ func TestCommitOutcome(t *testing.T) {
 	}
 }
 
+// A conflict (1213: a deadlock victim, a Galera certification failure) is
+// retried; nothing else is, and none of them is the rows' own fault: a
+// lock wait (1205) and a Galera node not ready (1047) are transient too.
+func TestConflictIsRetriedAndTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		conflict bool
+	}{
+		{fmt.Errorf("commit: %w", &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}), true},
+		{&mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}, false},
+		{&mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"}, false},
+		{driver.ErrBadConn, false},
+	} {
+		if got := conflict(tc.err); got != tc.conflict {
+			t.Errorf("conflict(%v) = %v, want %v", tc.err, got, tc.conflict)
+		}
+		if permanent(tc.err) {
+			t.Errorf("permanent(%v): a write that failed so may be written later", tc.err)
+		}
+	}
+}
+
+// conflicts counts what retryConflicts reports.
+type conflicts struct {
+	nobody
+	n int
+}
+
+func (c *conflicts) Conflict() { c.n++ }
+
+func TestRetryConflicts(t *testing.T) {
+	lost := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}
+	refused := &mysql.MySQLError{Number: 1062, Message: "Duplicate entry"}
+	for _, tc := range []struct {
+		name      string
+		results   []error // one per try: nil is Written
+		want      Outcome
+		tries     int
+		conflicts int
+	}{
+		{"written at once", []error{nil}, Written, 1, 0},
+		{"written at the third try", []error{lost, lost, nil}, Written, 3, 2},
+		{"refused after a conflict: not retried again", []error{lost, refused}, NotWritten, 2, 1},
+		{"conflicts all along: gives up", nil, NotWritten, conflictTries, conflictTries},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := &conflicts{}
+			tries := 0
+			outcome, err := retryConflicts(context.Background(), obs, func() (Outcome, error) {
+				tries++
+				e := error(lost)
+				if tries <= len(tc.results) {
+					e = tc.results[tries-1]
+				}
+				if e == nil {
+					return Written, nil
+				}
+				return NotWritten, e
+			})
+			if outcome != tc.want || tries != tc.tries || obs.n != tc.conflicts {
+				t.Errorf("got %v (%v) after %d tries, %d conflicts counted; want %v after %d tries, %d conflicts", outcome, err, tries, obs.n, tc.want, tc.tries, tc.conflicts)
+			}
+			if tc.want == NotWritten && tc.results == nil && !conflict(err) {
+				t.Errorf("gave up with %v, which no longer says it was a conflict", err)
+			}
+		})
+	}
+	t.Run("ends with its context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		tries := 0
+		retryConflicts(ctx, nobody{}, func() (Outcome, error) {
+			tries++
+			cancel()
+			return NotWritten, lost
+		})
+		if tries != 1 {
+			t.Errorf("%d tries after the context ended, want 1", tries)
+		}
+	})
+}
+
 // The lookup after a lost COMMIT must wait for a transaction still open
 // with the order's row, and see what it became: a plain read would answer
 // "no order" while the COMMIT is on its way, and the unit would be given

@@ -13,14 +13,23 @@ import (
 // QueueWriter returns the queue.Writer of async mode's consumers: it
 // writes the orders they read from the stream to db, each batch in one
 // transaction (writeBatch), and says what became of them. vouchers gives
-// each order its amount and deadline.
+// each order its amount and deadline. It reports to nobody: the server's
+// consumers use Service.QueueWriter.
 func QueueWriter(db *gorm.DB, vouchers *voucher.Service) queue.Writer {
-	return queueWriter{db, vouchers}
+	return queueWriter{db, vouchers, nobody{}}
+}
+
+// QueueWriter is the package's QueueWriter on the service's database and
+// vouchers, telling its Observer of the conflicts a batch lost and was
+// run again for.
+func (s *Service) QueueWriter() queue.Writer {
+	return queueWriter{s.db, s.vouchers, s.obs}
 }
 
 type queueWriter struct {
 	db       *gorm.DB
 	vouchers *voucher.Service
+	obs      Observer
 }
 
 // Write writes entries as order rows, skipping those written before.
@@ -38,11 +47,17 @@ func (w queueWriter) Write(ctx context.Context, entries []queue.Entry) (queue.Ve
 		}
 		orders[i] = newOrder(v, e.OrderID, e.UserID, e.At, e.Bucket)
 	}
-	write := func(tx *gorm.DB) error { return writeBatch(tx, orders) }
-	outcome, err := transact(ctx, w.db, write)
+	// A batch that lost a conflict (another node, or another consumer,
+	// wrote the voucher's row first) is run again here, whole, before the
+	// consumer hears of it: to the consumer any failure not the entries'
+	// own means MySQL takes no writes, and it backs off.
+	write := func() (Outcome, error) {
+		return transact(ctx, w.db, func(tx *gorm.DB) error { return writeBatch(tx, orders) })
+	}
+	outcome, err := retryConflicts(ctx, w.obs, write)
 	if errors.Is(err, errWrittenMeanwhile) {
 		// Another consumer wrote it while we tried: this time we find it.
-		outcome, err = transact(ctx, w.db, write)
+		outcome, err = retryConflicts(ctx, w.obs, write)
 	}
 	return verdict(outcome, err), err
 }

@@ -22,7 +22,10 @@ import (
 //
 // If a batch fails as a whole (one order's user already has one, say), its
 // orders are written again one by one, each by its own request, so that
-// each gets its own answer and the writer goes on meanwhile.
+// each gets its own answer and the writer goes on meanwhile. A batch that
+// loses a conflict (error 1213: on a Galera cluster, another node wrote
+// the voucher's row first) is not broken up: it is run again, whole,
+// after a short pause (retryConflicts).
 
 // write is one request's order, waiting for the writer.
 type write struct {
@@ -137,7 +140,12 @@ func (g *groupCommit) writeGroup(batch []*write) {
 		for i, w := range live {
 			watches[i] = context.AfterFunc(w.ctx, cancel) // cancel the batch when w's context ends
 		}
-		outcome, err := transact(ctx, g.db, func(tx *gorm.DB) error { return writeNew(tx, orders) })
+		// A conflict (another node wrote the voucher's row first) rolls
+		// the batch back whole: it is run again whole, as a batch. Broken
+		// up into its orders, each would meet the same conflict alone.
+		outcome, err := retryConflicts(ctx, g.obs, func() (Outcome, error) {
+			return transact(ctx, g.db, func(tx *gorm.DB) error { return writeNew(tx, orders) })
+		})
 		cancel()
 		for _, stop := range watches {
 			stop()
@@ -172,9 +180,12 @@ func (g *groupCommit) writeGroup(batch []*write) {
 	}
 }
 
-// writeAlone writes w's order in a transaction of its own.
+// writeAlone writes w's order in a transaction of its own, run again
+// when it loses a conflict.
 func (g *groupCommit) writeAlone(w *write) written {
-	outcome, err := transact(w.ctx, g.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
+	outcome, err := retryConflicts(w.ctx, g.obs, func() (Outcome, error) {
+		return transact(w.ctx, g.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
+	})
 	if outcome == Written {
 		g.obs.Committed(1)
 	}
