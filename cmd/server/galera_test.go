@@ -459,4 +459,3 @@ func TestConfigMySQLNodes(t *testing.T) {
 		})
 	}
 }
-
