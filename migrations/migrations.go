@@ -55,7 +55,9 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// Apply brings db up to the newest version of dialect's schema.
+// Apply brings db up to the newest version of dialect's schema. On MySQL
+// it holds one of db's connections throughout and renews its lease on
+// another: db must allow two.
 func Apply(ctx context.Context, db *sql.DB, dialect string) (err error) {
 	steps, err := load(dialect)
 	if err != nil {

@@ -112,7 +112,6 @@ func StartGalera(t testing.TB, n int) *Galera {
 		peers = append(peers, "127.0.0.1:"+strconv.Itoa(p[1]))
 	}
 	g := &Galera{}
-	t.Cleanup(g.kill)
 	for i, p := range ports {
 		dir := tempDir(t, "seckill-galera-")
 		data := filepath.Join(dir, "data")
@@ -184,6 +183,9 @@ func StartGalera(t testing.TB, n int) *Galera {
 		}
 	}
 
+	// Registered after the data directories' removal, so that it runs
+	// before it: the nodes are killed, then their directories removed.
+	t.Cleanup(g.kill)
 	if err := g.nodes[0].start(true); err != nil {
 		t.Fatalf("start Galera node 0: %v", err)
 	}
