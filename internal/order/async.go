@@ -8,6 +8,7 @@ import (
 
 	"seckill/internal/apperr"
 	"seckill/internal/order/queue"
+	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
 
@@ -24,7 +25,8 @@ import (
 // moments.
 type asyncMode struct {
 	common
-	queue *queue.Queue
+	queue  *queue.Queue
+	stocks *stock.Store
 }
 
 // place is guard 2 of async mode: take the unit and queue the order in one
@@ -117,16 +119,27 @@ func (m asyncMode) accepted(ctx context.Context, id int64) (*Order, error) {
 }
 
 // stockAt reads the voucher's stock and buyers in MySQL and counts in the
-// orders still in the stream, not yet written, all as of one moment: their
-// units are taken and their users have bought. A reload after Redis lost
-// the stock key that missed them would sell their units again and let
+// orders still in the streams, not yet written, all as of one moment:
+// their units are taken and their users have bought. A reload after Redis
+// lost the stock key that missed them would sell their units again and let
 // their buyers order twice.
 //
-// The stream is read first and MySQL second, in one transaction: an entry
-// written to MySQL before the snapshot is in the snapshot; one written
-// after it is counted as queued. No entry for the voucher can be added
-// meanwhile, because its stock key is missing.
+// The streams are read first and MySQL second, in one transaction: an
+// entry written to MySQL before the snapshot is in the snapshot; one
+// written after it is counted as queued. No entry can be added meanwhile
+// in a bucket whose stock key is missing; a voucher split into buckets may
+// have lost only some, and the others go on selling: their stock is read
+// before anything else (Seen), so that the orders they take meanwhile,
+// in no snapshot, do not also leave their units to the lost buckets
+// (stock.Store.Load).
 func (m asyncMode) stockAt(ctx context.Context, voucherID int64, buckets int) (snapshot, error) {
+	var seen []int64
+	if buckets > 1 {
+		var err error
+		if seen, err = m.stocks.Levels(ctx, voucherID, buckets); err != nil {
+			return snapshot{}, err
+		}
+	}
 	queued, err := m.queue.Queued(ctx, voucherID, buckets)
 	if err != nil {
 		return snapshot{}, err
@@ -145,6 +158,7 @@ func (m asyncMode) stockAt(ctx context.Context, voucherID int64, buckets int) (s
 			snap.Buyers = append(snap.Buyers, e.UserID)
 		}
 	}
+	snap.Seen = seen
 	return snap, nil
 }
 

@@ -96,6 +96,9 @@ type snapshot struct {
 	Left     int64
 	Buyers   []int64
 	Returned []stock.Returned
+	// Seen: each bucket's stock in Redis as read before the rest (async
+	// mode's; nil in sync mode): see stock.Store.Load.
+	Seen []int64
 }
 
 // snapshotOf reads a voucher's snapshot: every SELECT runs in one

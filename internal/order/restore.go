@@ -58,7 +58,7 @@ func (s *Service) reload(ctx context.Context, voucherID int64, buckets int) erro
 		if err != nil {
 			return apperr.Down(err)
 		}
-		if _, err := s.stocks.Load(ctx, voucherID, buckets, snap.Left, snap.Buyers, snap.Returned); err != nil {
+		if _, err := s.stocks.Load(ctx, voucherID, buckets, snap.Left, snap.Buyers, snap.Returned, snap.Seen); err != nil {
 			return apperr.Down(err)
 		}
 		s.log.InfoContext(ctx, "reloaded stock from MySQL", "voucher", voucherID, "stock", snap.Left, "buyers", len(snap.Buyers))

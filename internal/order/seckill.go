@@ -137,7 +137,7 @@ func NewService(db *gorm.DB, q *queue.Queue, vouchers *voucher.Service, stocks *
 	s.pool = ids.NewPool(orderIDPrefix, s.seed)
 	s.commits = newGroupCommit(db, obs, cfg.GroupCommit)
 	if cfg.Async {
-		s.mode = asyncMode{common: s.common, queue: q}
+		s.mode = asyncMode{common: s.common, queue: q, stocks: stocks}
 	} else {
 		s.mode = syncMode{common: s.common, stocks: stocks, locks: locks, ids: ids, commits: s.commits}
 	}

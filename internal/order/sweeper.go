@@ -97,7 +97,7 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 			if !known {
 				continue // MySQL could not tell: next round
 			}
-			back, err := s.stocks.Settle(ctx, voucherID, v.Parts(), l, id != 0)
+			back, err := s.stocks.Settle(ctx, voucherID, v.Parts(), l, id)
 			if err != nil {
 				return err
 			}

@@ -410,7 +410,11 @@ func TestBucketsSettleLapses(t *testing.T) {
 			t.Fatalf("expired: %+v, want %v", lapses, want)
 		}
 		// home1[0] ordered; home1[1] did not.
-		back, err := s.Settle(ctx, id, n, l, l.User == home1[0])
+		var order int64
+		if l.User == home1[0] {
+			order = 1 // any ID: the order exists
+		}
+		back, err := s.Settle(ctx, id, n, l, order)
 		if err != nil || back != (l.User == home1[1] && !l.Claim) {
 			t.Fatalf("settle %+v: back %v %v", l, back, err)
 		}
@@ -478,13 +482,13 @@ func TestBucketsLoadOneLost(t *testing.T) {
 		t.Fatal("Left with a bucket lost: ok")
 	}
 	// MySQL: 9 left (one sold, to buyer).
-	if loaded, err := s.Load(ctx, id, n, 9, []int64{buyer}, nil); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, n, 9, []int64{buyer}, nil, nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
 	if got := rdb.Get(ctx, k.Stock).Val(); got != "4" {
 		t.Fatalf("bucket 1 reloaded with %s, want 4", got)
 	}
-	if loaded, _ := s.Load(ctx, id, n, 9, nil, nil); loaded {
+	if loaded, _ := s.Load(ctx, id, n, 9, nil, nil, nil); loaded {
 		t.Fatal("loaded twice")
 	}
 	if _, res, _ := s.Take(ctx, id, n, buyer); res != stock.AlreadyBought {
@@ -604,7 +608,7 @@ func TestBucketsLoadCountsHoldsNotClaims(t *testing.T) {
 	k := stock.BucketKeys(id, n, 0)
 	rdb.Del(ctx, k.Stock, k.Buyers)
 	// MySQL: 9 - 3 orders = 6 left.
-	if loaded, err := s.Load(ctx, id, n, 6, home1[:3], nil); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, n, 6, home1[:3], nil, nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
 	if got := rdb.Get(ctx, k.Stock).Val(); got != "3" {

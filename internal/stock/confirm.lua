@@ -4,18 +4,14 @@
 -- ARGV[1] user ID
 -- ARGV[2] '1': remember the user as a buyer here (their home bucket), in
 --         case a reload from MySQL forgot them while the order was being
---         written; '0': not here (a unit taken from another bucket);
---         'open': only if the entry was still open (a claim in async mode,
---         where the order may have been dead-lettered meanwhile, which
---         forgets the buyer and drops the claim: a late close must not
---         remember them again)
+--         written; '0': not here (a unit taken from another bucket)
 --
 -- Returns 1 if the hold was still open, 0 if not (the sweeper closed it,
 -- or Redis lost it). One script rather than MULTI: the same atomicity, and
 -- a script, unlike a transaction, can share a round trip with the commands
 -- of other requests (package autopipe).
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if ARGV[2] == '1' or (ARGV[2] == 'open' and removed == 1) then
+if ARGV[2] == '1' then
   redis.call('SADD', KEYS[2], ARGV[1])
 end
 return removed

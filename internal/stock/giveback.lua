@@ -9,13 +9,15 @@
 -- ARGV[4] '1': KEYS[3] holds units, and the unit goes back; '0': KEYS[3]
 --         is the claims of a bucketed voucher's home bucket, whose units
 --         are elsewhere (buckets.go)
+-- ARGV[5] (optional) the entry's deadline: act only on this one, not on a
+--         newer request's entry of the same user (async mode's Unclaim)
 --
 -- Returns 1 if the unit went back, 0 if there was no such hold (already
 -- given back or confirmed, or lost with a Redis flush). Removing the hold
 -- and adding the unit in one script is what makes giving back exactly-once:
 -- a request and the sweeper cannot both return the same unit.
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
-if not deadline then
+if not deadline or (ARGV[5] and tonumber(deadline) ~= tonumber(ARGV[5])) then
   return 0
 end
 if ARGV[3] == '1' then

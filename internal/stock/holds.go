@@ -50,15 +50,11 @@ var (
 // close runs confirm.lua: it closes user's entry in entries (holds or
 // claims) and, if remember, adds the user to buyers.
 func (s *Store) close(ctx context.Context, entries, buyers string, userID int64, remember bool) (bool, error) {
-	return s.closeWith(ctx, entries, buyers, userID, flag(remember))
-}
-
-// closeWith runs confirm.lua with its remember argument: "1", "0", or
-// "open" (remember only if the entry was still open).
-func (s *Store) closeWith(ctx context.Context, entries, buyers string, userID int64, remember string) (bool, error) {
-	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, remember).Int()
+	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, flag(remember)).Int()
 	return n == 1, err
 }
+
+
 
 func (s *Store) keys(h Hold) (home, from Keys) {
 	return BucketKeys(h.Voucher, h.Buckets, h.Home), BucketKeys(h.Voucher, h.Buckets, h.From)
@@ -150,30 +146,34 @@ func (s *Store) Expired(ctx context.Context, voucherID int64, n, limit int) ([]L
 }
 
 // Settle closes an expired hold or claim of voucherID (of n buckets) once
-// the caller asked MySQL whether the user's order exists. ordered: the
-// process died after COMMIT; the entry is closed and the user stays a
-// buyer. Not ordered: the unit goes back on sale (for a hold) and the user
-// is forgotten as a buyer (in their home bucket), but only if the entry
-// is still expired by Redis' clock: a unit goes back at most once, however
-// many sweep. It reports whether a unit went back.
-func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, ordered bool) (bool, error) {
+// the caller asked MySQL (and, in async mode, the queue) whether the
+// user's order exists: order is its ID, 0 for none. An order: the process
+// died after COMMIT (or after queueing it); the entry is closed and the
+// user stays a buyer, unless, for a claim, the order was dead-lettered
+// since the caller looked (DropBuyer's mark, keepclaim.lua). No order:
+// the unit goes back on sale (for a hold) and the user is forgotten as a
+// buyer (in their home bucket), but only if the entry is still expired by
+// Redis' clock: a unit goes back at most once, however many sweep. It
+// reports whether a unit went back.
+func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, order int64) (bool, error) {
 	k := BucketKeys(voucherID, n, l.Bucket)
 	home := l.Bucket == Home(l.User, n)
 	entries := k.Holds
 	if l.Claim {
 		entries = k.Claims
 	}
-	if !ordered {
+	if order == 0 {
 		back, err := s.giveBack(ctx, k, entries, l.User, home, true, !l.Claim)
 		return back && !l.Claim, err
 	}
-	remember := flag(home)
+	var err error
 	if l.Claim {
-		// Only while the claim is open: an async order dead-lettered
-		// since the caller looked forgot the buyer and dropped the claim.
-		remember = "open"
+		// Any claim of the user's: "" stands for its deadline.
+		err = keepClaimScript.Run(ctx, s.rdb, []string{k.Claims, k.Buyers, k.Dropped}, l.User, "", order).Err()
+	} else {
+		_, err = s.close(ctx, entries, k.Buyers, l.User, home)
 	}
-	if _, err := s.closeWith(ctx, entries, k.Buyers, l.User, remember); err != nil {
+	if err != nil {
 		return false, fmt.Errorf("close hold of user %d on voucher %d: %w", l.User, voucherID, err)
 	}
 	return false, nil

@@ -18,12 +18,17 @@ type Keys struct {
 	// Returned: the orders whose unit came back to this bucket after a
 	// cancel or a refund (returns.go), so that each comes back once.
 	Returned string
+	// Dropped: user -> order ID, a claimed buyer's order that async mode
+	// dead-lettered while the request that queued it had not yet closed
+	// its claim (DropBuyer), so that the close forgets the buyer instead
+	// of remembering them (KeepClaim). Always empty in sync mode.
+	Dropped string
 }
 
 // KeysOf builds the keys of voucher id, of a voucher in one bucket. This
 // and BucketKeys are the only places that spell them.
 func KeysOf(id int64) Keys {
-	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims"), Returned: KeyOf(id, "returned")}
+	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims"), Returned: KeyOf(id, "returned"), Dropped: KeyOf(id, "dropped")}
 }
 
 // KeyOf names another key of voucher id, in the same Redis Cluster slot as

@@ -26,7 +26,7 @@ func (s *Store) Init(ctx context.Context, voucherID, stock int64, n int) error {
 	pipe := s.rdb.Pipeline()
 	for b := range n {
 		k := BucketKeys(voucherID, n, b)
-		pipe.Del(ctx, k.Buyers, k.Holds, k.Claims, k.Returned)
+		pipe.Del(ctx, k.Buyers, k.Holds, k.Claims, k.Returned, k.Dropped)
 		pipe.Set(ctx, k.Stock, share(stock, n, b), 0)
 	}
 	pipe.SAdd(ctx, indexKey, voucherID)
@@ -88,7 +88,15 @@ func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks
 // what MySQL has left beyond the units the others hold or are selling,
 // and reconciliation corrects what that misjudges. It reports whether it
 // loaded.
-func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64, returned []Returned) (bool, error) {
+//
+// seen, if not nil, is each bucket's stock (Levels) as read before the
+// database's figures were: what the kept buckets had then is subtracted
+// from left, not what they have now. Async mode needs it: its orders
+// taken from the kept buckets after that read are in no snapshot (they
+// were not yet queued), and subtracting the lower stock of now would hand
+// their units to the lost buckets a second time. (Sync mode passes nil:
+// its orders in flight are units under holds, read here, now.)
+func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64, returned []Returned, seen []int64) (bool, error) {
 	n = max(n, 1)
 	stocks, held, _, err := s.bucketState(ctx, voucherID, n)
 	if err != nil {
@@ -96,9 +104,12 @@ func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, bu
 	}
 	var lost []int
 	for b, v := range stocks {
-		if v < 0 {
+		switch {
+		case v < 0:
 			lost = append(lost, b)
-		} else {
+		case len(seen) == n && seen[b] >= 0:
+			left -= seen[b]
+		default:
 			left -= v
 		}
 	}
@@ -149,6 +160,13 @@ func wrapLoad(voucherID int64, err error) error {
 	return fmt.Errorf("load stock of voucher %d: %w", voucherID, err)
 }
 
+// Levels reads each of the voucher's n buckets' stock, -1 where the key
+// is missing: what Load's seen wants.
+func (s *Store) Levels(ctx context.Context, voucherID int64, n int) ([]int64, error) {
+	stocks, _, _, err := s.bucketState(ctx, voucherID, max(n, 1))
+	return stocks, err
+}
+
 // Left returns the units left over all of the voucher's n buckets; ok is
 // false when a bucket's key is missing.
 func (s *Store) Left(ctx context.Context, voucherID int64, n int) (left int64, ok bool, err error) {
@@ -185,7 +203,7 @@ func (s *Store) Forget(ctx context.Context, voucherID int64, n int, keep time.Du
 	keys := others
 	for b := range max(n, 1) {
 		k := BucketKeys(voucherID, n, b)
-		keys = append(keys, append(k.all(), k.Returned)...)
+		keys = append(keys, append(k.all(), k.Returned, k.Dropped)...)
 	}
 	for _, key := range keys {
 		pipe.Expire(ctx, key, keep)

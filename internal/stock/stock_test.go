@@ -128,17 +128,17 @@ func TestSettleOnlyExpired(t *testing.T) {
 	if got, _ := s.Expired(ctx, id, 1, 10); len(got) != 0 {
 		t.Fatalf("expired at once: %v", got)
 	}
-	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); back {
+	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, 0); back {
 		t.Fatal("reclaimed a hold before its deadline")
 	}
 	time.Sleep(time.Until(taken.Add(hold + 100*time.Millisecond)))
 	if got, _ := s.Expired(ctx, id, 1, 10); len(got) != 1 || got[0] != (stock.Lapse{User: 7}) {
 		t.Fatalf("expired: %v, want [7]", got)
 	}
-	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); !back {
+	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, 0); !back {
 		t.Fatal("did not reclaim an expired hold")
 	}
-	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, false); back {
+	if back, _ := s.Settle(ctx, id, 1, stock.Lapse{User: 7}, 0); back {
 		t.Fatal("reclaimed the same hold twice")
 	}
 	if n := left(t, s, id); n != 1 {
@@ -194,10 +194,10 @@ func TestLoadOnlyWhenMissing(t *testing.T) {
 	if _, res, _ := s.Take(ctx, id, 1, 1); res != stock.Missing {
 		t.Fatalf("take with the key lost: %v, want Missing", res)
 	}
-	if loaded, err := s.Load(ctx, id, 1, 3, []int64{1, 2}, nil); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, 1, 3, []int64{1, 2}, nil, nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
-	if loaded, _ := s.Load(ctx, id, 1, 99, nil, nil); loaded {
+	if loaded, _ := s.Load(ctx, id, 1, 99, nil, nil, nil); loaded {
 		t.Fatal("loaded over an existing key")
 	}
 	if _, res, _ := s.Take(ctx, id, 1, 2); res != stock.AlreadyBought {
@@ -271,7 +271,7 @@ func TestReturnOncePerOrder(t *testing.T) {
 	}
 	// The reload's snapshot counted order 3's return (MySQL's stock has
 	// it), not order 4's, committed after the snapshot.
-	if loaded, err := s.Load(ctx, id, 1, 8, nil, []stock.Returned{{Order: 3}}); err != nil || !loaded {
+	if loaded, err := s.Load(ctx, id, 1, 8, nil, []stock.Returned{{Order: 3}}, nil); err != nil || !loaded {
 		t.Fatalf("load: %v %v", loaded, err)
 	}
 	if got := ret(3, 4); !slices.Equal(got, []stock.ReturnResult{stock.ReturnMadeOld, stock.ReturnAdded}) || left(t, s, id) != 9 {

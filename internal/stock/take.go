@@ -168,49 +168,97 @@ func (s *Store) Elsewhere(ctx context.Context, voucherID int64, n int, userID in
 	return buckets, false, nil
 }
 
+// A Claimed is a claim Claim made: its Deadline (Redis' clock, ms), which
+// also names it, and Until, the last moment at which a unit may be taken
+// for it.
+type Claimed struct{ Deadline, Until int64 }
+
 // Claim remembers user as a buyer in their home bucket of voucherID (of n
 // buckets), for a unit async mode is about to take in another bucket: the
 // claim is what makes one order per user hold across buckets, as in Take.
 // It answers Taken, AlreadyBought, AlreadyBuying or Missing, and, when
-// Taken, until: the last moment (Redis' clock, in ms) at which the unit
-// may be taken for this claim. That is half a hold before the claim
-// expires: past its expiry the sweeper may forget the buyer (no order
-// having been found), and a unit taken after that would be a second
-// order's for all the home bucket knows. The half is room for the masters'
-// clocks to disagree.
-func (s *Store) Claim(ctx context.Context, voucherID int64, n int, userID int64) (until int64, res Result, err error) {
+// Taken, the claim. Until is half a hold before the claim expires: past
+// its expiry the sweeper may forget the buyer (no order having been
+// found), and a unit taken after that would be a second order's for all
+// the home bucket knows. The half is room for the masters' clocks to
+// disagree.
+func (s *Store) Claim(ctx context.Context, voucherID int64, n int, userID int64) (Claimed, Result, error) {
 	v, err := claimScript.Run(ctx, s.rdb, BucketKeys(voucherID, n, Home(userID, n)).all(), userID, s.hold.Milliseconds(), "deadline").Int64()
 	if err != nil {
-		return 0, 0, fmt.Errorf("claim user %d on voucher %d: %w", userID, voucherID, err)
+		return Claimed{}, 0, fmt.Errorf("claim user %d on voucher %d: %w", userID, voucherID, err)
 	}
 	if v < 10 { // a code: a deadline in ms is a large number
-		return 0, Result(v), nil
+		return Claimed{}, Result(v), nil
 	}
-	return v - s.hold.Milliseconds()/2, Taken, nil
+	return Claimed{Deadline: v, Until: v - s.hold.Milliseconds()/2}, Taken, nil
 }
 
-// KeepClaim closes user's claim once their order is queued: they stay a
-// buyer, as after Confirm, and are remembered again should a reload have
-// forgotten them meanwhile, but only if the claim is still open. A
-// consumer may have dead-lettered the order in the moment between
-// (package order/queue: that forgets the buyer and drops the claim), and
-// a buyer remembered again then would hold no order and be told "already
-// bought" for good.
-func (s *Store) KeepClaim(ctx context.Context, voucherID int64, n int, userID int64) error {
+var (
+	//go:embed keepclaim.lua
+	keepClaimSrc    string
+	keepClaimScript = redis.NewScript(keepClaimSrc)
+
+	//go:embed dropbuyer.lua
+	dropBuyerSrc    string
+	dropBuyerScript = redis.NewScript(dropBuyerSrc)
+)
+
+// KeepClaim closes claim c of user once their order orderID is queued:
+// they stay a buyer, as after Confirm, and are remembered again should a
+// reload or a failover have lost them. Unless a consumer dead-lettered the
+// order in the moment between (DropBuyer left a mark): then the buyer is
+// forgotten, or they would hold no order and be told "already bought" for
+// good. A newer request's claim of the same user is left alone
+// (keepclaim.lua).
+func (s *Store) KeepClaim(ctx context.Context, voucherID int64, n int, userID int64, c Claimed, orderID int64) error {
 	home := BucketKeys(voucherID, n, Home(userID, n))
-	if _, err := s.closeWith(ctx, home.Claims, home.Buyers, userID, "open"); err != nil {
+	if err := keepClaimScript.Run(ctx, s.rdb, []string{home.Claims, home.Buyers, home.Dropped}, userID, c.Deadline, orderID).Err(); err != nil {
 		return fmt.Errorf("keep claim of user %d on voucher %d: %w", userID, voucherID, err)
 	}
 	return nil
 }
 
-// Unclaim drops user's claim when no unit was taken for it, and forgets
-// them as a buyer, if the claim is still there (a claim the sweeper closed
-// meanwhile is left alone).
-func (s *Store) Unclaim(ctx context.Context, voucherID int64, n int, userID int64) error {
+// Unclaim drops claim c of user when no unit was taken for it, and
+// forgets them as a buyer, if that claim is still there (one the sweeper
+// closed meanwhile, or a newer request's, is left alone).
+func (s *Store) Unclaim(ctx context.Context, voucherID int64, n int, userID int64, c Claimed) error {
 	home := BucketKeys(voucherID, n, Home(userID, n))
-	if _, err := s.giveBack(ctx, home, home.Claims, userID, true, false, false); err != nil {
+	err := givebackScript.Run(ctx, s.rdb, []string{home.Stock, home.Buyers, home.Claims}, userID, "1", "0", "0", c.Deadline).Err()
+	if err != nil {
 		return fmt.Errorf("unclaim user %d on voucher %d: %w", userID, voucherID, err)
+	}
+	return nil
+}
+
+// Undrop removes DropBuyer's mark of user's order orderID, before a
+// replay queues that order again under its ID: its KeepClaim must
+// remember the buyer.
+func (s *Store) Undrop(ctx context.Context, voucherID int64, n int, userID, orderID int64) error {
+	home := BucketKeys(voucherID, n, Home(userID, n))
+	if err := undropScript.Run(ctx, s.rdb, []string{home.Dropped}, userID, orderID).Err(); err != nil {
+		return fmt.Errorf("clear the dead letter mark of user %d on voucher %d: %w", userID, voucherID, err)
+	}
+	return nil
+}
+
+// undropScript deletes a hash field if it holds the value given.
+var undropScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0`)
+
+// DropBuyer forgets user as a buyer in their home bucket of voucherID (of
+// n buckets) once their order orderID, whose unit came from another
+// bucket, was dead-lettered; if the request that queued it has not yet
+// closed its claim, it leaves a mark that makes KeepClaim forget them
+// instead. Made twice for one order, it changes nothing the second time.
+// A package function, not a method: the queue's consumers, which call it,
+// hold a client and no Store.
+func DropBuyer(ctx context.Context, rdb redis.UniversalClient, voucherID int64, n int, userID, orderID int64) error {
+	home := BucketKeys(voucherID, n, Home(userID, n))
+	if err := dropBuyerScript.Run(ctx, rdb, []string{home.Claims, home.Buyers, home.Dropped}, userID, orderID).Err(); err != nil {
+		return fmt.Errorf("forget buyer %d of voucher %d: %w", userID, voucherID, err)
 	}
 	return nil
 }

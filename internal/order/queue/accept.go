@@ -96,7 +96,7 @@ func (q *Queue) elsewhere(ctx context.Context, e *Entry, replay string, last fun
 			return SoldOut, nil
 		}
 	}
-	until, claim, err := q.stocks.Claim(ctx, e.VoucherID, e.Buckets, e.UserID)
+	claimed, claim, err := q.stocks.Claim(ctx, e.VoucherID, e.Buckets, e.UserID)
 	if err != nil {
 		// The claim may have been made: it expires, and the sweeper,
 		// finding no order, forgets the buyer.
@@ -113,18 +113,17 @@ func (q *Queue) elsewhere(ctx context.Context, e *Entry, replay string, last fun
 	default:
 		return 0, fmt.Errorf("claim buyer: unknown answer %d", claim)
 	}
+	e.claim = claimed
 	for _, b := range buckets {
 		e.Bucket = b
-		res, err := q.run(ctx, *e, last(*e), replay, until)
+		res, err := q.run(ctx, *e, last(*e), replay, claimed.Until)
 		switch {
 		case err != nil:
 			// The claim stays: Lost (or, for a replay, the sweeper) knows
 			// whether to keep it.
 			return 0, err
 		case res == Queued:
-			// If this fails the claim expires, and the sweeper, finding
-			// the order accepted, keeps the buyer.
-			q.stocks.KeepClaim(ctx, e.VoucherID, e.Buckets, e.UserID)
+			q.keepClaim(ctx, *e)
 			return Queued, nil
 		case res != SoldOut:
 			q.unclaim(ctx, *e)
@@ -139,7 +138,16 @@ func (q *Queue) elsewhere(ctx context.Context, e *Entry, replay string, last fun
 // fails, the claim expires, and the sweeper, finding no order, forgets
 // the buyer: until then they are told "already bought".
 func (q *Queue) unclaim(ctx context.Context, e Entry) {
-	q.stocks.Unclaim(context.WithoutCancel(ctx), e.VoucherID, e.Buckets, e.UserID)
+	q.stocks.Unclaim(context.WithoutCancel(ctx), e.VoucherID, e.Buckets, e.UserID, e.claim)
+}
+
+// keepClaim closes the claim of e's user once e's order is queued, on a
+// context of its own: a client that hangs up must not leave the claim
+// open, which tells the user "busy" until the sweeper closes it. If it
+// fails all the same, the claim expires, and the sweeper, finding the
+// order accepted, keeps the buyer.
+func (q *Queue) keepClaim(ctx context.Context, e Entry) {
+	q.stocks.KeepClaim(context.WithoutCancel(ctx), e.VoucherID, e.Buckets, e.UserID, e.claim, e.OrderID)
 }
 
 // run runs accept.lua for e in e.Bucket.
@@ -188,7 +196,7 @@ func (q *Queue) Lost(ctx context.Context, e Entry) (int64, bool, error) {
 				return 0, false, err
 			}
 			if e.Bucket != e.home() {
-				q.stocks.KeepClaim(context.WithoutCancel(ctx), e.VoucherID, e.Buckets, e.UserID)
+				q.keepClaim(ctx, e)
 			}
 			return id, true, nil
 		}

@@ -53,14 +53,17 @@ local stock = redis.call('GET', KEYS[1])
 if not stock then
   return 3
 end
-if tonumber(stock) <= 0 then
-  return 1
-end
+-- The buyer before the stock, as in take.lua: a buyer of a split voucher
+-- whose home is empty must hear "already bought" here, or they would go
+-- on to look at every other bucket and claim.
 if not claimed and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   if redis.call('ZSCORE', KEYS[8], ARGV[1]) then
     return 7
   end
   return 2
+end
+if tonumber(stock) <= 0 then
+  return 1
 end
 local id = ARGV[4]
 redis.call('DECR', KEYS[1])

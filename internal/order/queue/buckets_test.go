@@ -305,7 +305,7 @@ func TestAcceptInAnAwayBucketPastTheClaimLapses(t *testing.T) {
 		t.Errorf("a lapsed run changed Redis:\nbefore %v\nafter  %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 
-	if res, err := q.run(ctx, e, e.voidKey(), "", until); err != nil || res != Queued {
+	if res, err := q.run(ctx, e, e.voidKey(), "", until.Until); err != nil || res != Queued {
 		t.Fatalf("run within the claim = %d, %v; want queued", res, err)
 	}
 	if after := dump(t, rdb); maps.Equal(before, after) {
@@ -339,7 +339,7 @@ func TestLostSettlesTheClaimOfAnAwayBucket(t *testing.T) {
 			t.Fatalf("claim: %d, %v; buyer %v, claims %d", claim, err, s.buyer(0, u), s.claims())
 		}
 		e := order(401, u)
-		e.Bucket = 1 // as Accept leaves it when the away script's answer is lost
+		e.Bucket, e.claim = 1, until // as Accept leaves it when the away script's answer is lost
 		id, accepted, err := q.Lost(ctx, e)
 		if err != nil || accepted || id != 0 {
 			t.Fatalf("Lost = %d, %v, %v; want not accepted", id, accepted, err)
@@ -347,7 +347,7 @@ func TestLostSettlesTheClaimOfAnAwayBucket(t *testing.T) {
 		if s.claims() != 0 || s.buyer(0, u) {
 			t.Errorf("after Lost: %d claims, buyer %v; want no claim and the buyer forgotten", s.claims(), s.buyer(0, u))
 		}
-		if res, err := q.run(ctx, e, e.voidKey(), "", until); err != nil || res != Voided {
+		if res, err := q.run(ctx, e, e.voidKey(), "", until.Until); err != nil || res != Voided {
 			t.Errorf("the lost script arriving late = %d, %v; want voided", res, err)
 		}
 		if n := s.stock(1); n != 1 {
@@ -363,8 +363,8 @@ func TestLostSettlesTheClaimOfAnAwayBucket(t *testing.T) {
 			t.Fatalf("claim: %d, %v", claim, err)
 		}
 		e := order(402, u)
-		e.Bucket = 1
-		if res, err := q.run(ctx, e, e.voidKey(), "", until); err != nil || res != Queued {
+		e.Bucket, e.claim = 1, until
+		if res, err := q.run(ctx, e, e.voidKey(), "", until.Until); err != nil || res != Queued {
 			t.Fatalf("the script (whose answer is lost) = %d, %v; want queued", res, err)
 		}
 		id, accepted, err := q.Lost(ctx, e)
@@ -637,7 +637,7 @@ func TestDeadLetterBeforeKeepClaimLeavesNoBuyer(t *testing.T) {
 	}
 	e := order(801, u)
 	e.Bucket = 1
-	if res, err := q.run(ctx, e, e.voidKey(), "", until); err != nil || res != Queued {
+	if res, err := q.run(ctx, e, e.voidKey(), "", until.Until); err != nil || res != Queued {
 		t.Fatalf("accept.lua = %d, %v; want queued", res, err)
 	}
 	// The consumer, faster: MySQL refuses the order for good.
@@ -646,7 +646,7 @@ func TestDeadLetterBeforeKeepClaimLeavesNoBuyer(t *testing.T) {
 		t.Fatalf("readNew = %d, %v", n, err)
 	}
 	// Accept, step two.
-	if err := q.stocks.KeepClaim(ctx, splitVoucher, splitParts, u); err != nil {
+	if err := q.stocks.KeepClaim(ctx, splitVoucher, splitParts, u, until, e.OrderID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -659,5 +659,104 @@ func TestDeadLetterBeforeKeepClaimLeavesNoBuyer(t *testing.T) {
 	again := order(802, u)
 	if res, err := q.Accept(ctx, &again); err != nil || res != Queued {
 		t.Errorf("the buyer tries again: %d, %v; want queued (bucket 1 has units)", res, err)
+	}
+}
+
+// A claim is named by its deadline. A request that stalled past its claim
+// (the sweeper forgot its buyer meanwhile) must not, when it finally
+// gives up, drop a newer request's claim of the same user: that request
+// would then queue its order with nobody remembered at home, and a third
+// request of the user could queue a second order.
+//
+// It fails if Unclaim (giveback.lua) or KeepClaim (keepclaim.lua) acts on
+// whichever claim the user has.
+func TestStaleRequestLeavesANewerClaimAlone(t *testing.T) {
+	rdb, q := emptyQueue(t)
+	ctx := context.Background()
+	s := split{t, rdb}
+	splitStock(t, q, rdb, 0, 2, 0)
+	u := homedAt(0, 1)[0]
+	old, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u)
+	if err != nil || claim != stock.Taken {
+		t.Fatalf("claim: %d, %v", claim, err)
+	}
+	// The sweeper forgot the first (expired, no order); a second request
+	// claims anew, with a later deadline.
+	rdb.ZRem(ctx, s.keys(0).Claims, u)
+	rdb.SRem(ctx, s.keys(0).Buyers, u)
+	time.Sleep(2 * time.Millisecond)
+	newer, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u)
+	if err != nil || claim != stock.Taken || newer.Deadline == old.Deadline {
+		t.Fatalf("second claim: %+v %d, %v", newer, claim, err)
+	}
+	// The first request gives up, and would close its claim as kept too.
+	if err := q.stocks.Unclaim(ctx, splitVoucher, splitParts, u, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.stocks.KeepClaim(ctx, splitVoucher, splitParts, u, old, 900); err != nil {
+		t.Fatal(err)
+	}
+	if s.claims() != 1 || !s.buyer(0, u) {
+		t.Fatalf("the stale request touched the newer claim: %d claims, buyer %v", s.claims(), s.buyer(0, u))
+	}
+	// The newer request queues its order and keeps its claim: a third
+	// request of the user is told it bought.
+	e := order(901, u)
+	e.Bucket, e.claim = 1, newer
+	if res, err := q.run(ctx, e, e.voidKey(), "", newer.Until); err != nil || res != Queued {
+		t.Fatalf("accept = %d, %v", res, err)
+	}
+	q.keepClaim(ctx, e)
+	third := order(902, u)
+	if res, err := q.Accept(ctx, &third); err != nil || res != AlreadyBought {
+		t.Errorf("a third request = %d, %v; want already bought", res, err)
+	}
+}
+
+// The sweeper reads the queue, finds a claimed buyer's order accepted,
+// and closes the expired claim keeping the buyer; a consumer may
+// dead-letter that order between the two. Forgetting the buyer at home
+// (DropBuyer) then finds the claim open and leaves a mark, and the
+// sweeper's close must honour it. And DropBuyer made twice for one order
+// (a retry after its answer was lost) forgets once.
+//
+// It fails if Settle remembers a claimed buyer whatever the mark says, or
+// if a second DropBuyer forgets a buyer who bought again since.
+func TestSweeperAfterADeadLetterForgetsTheBuyer(t *testing.T) {
+	rdb, q := emptyQueue(t)
+	ctx := context.Background()
+	s := split{t, rdb}
+	splitStock(t, q, rdb, 0, 2, 0)
+	u := homedAt(0, 1)[0]
+	if _, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u); err != nil || claim != stock.Taken {
+		t.Fatalf("claim: %d, %v", claim, err)
+	}
+	rdb.ZAdd(ctx, s.keys(0).Claims, redis.Z{Score: 1, Member: u}) // expired
+	// The dead letter of order 950, while the claim is still open.
+	if err := stock.DropBuyer(ctx, rdb, splitVoucher, splitParts, u, 950); err != nil {
+		t.Fatal(err)
+	}
+	if !s.buyer(0, u) {
+		t.Fatal("DropBuyer forgot the buyer while their request's claim was open")
+	}
+	// The sweeper, which had found order 950 accepted.
+	if _, err := q.stocks.Settle(ctx, splitVoucher, splitParts, stock.Lapse{User: u, Bucket: 0, Claim: true}, 950); err != nil {
+		t.Fatal(err)
+	}
+	if s.claims() != 0 || s.buyer(0, u) {
+		t.Fatalf("after the sweep: %d claims, buyer %v; want none, forgotten", s.claims(), s.buyer(0, u))
+	}
+	// The user buys again (at home: bucket 0 gets a unit back), and the
+	// dead letter's step, retried, must not forget them.
+	rdb.Set(ctx, s.keys(0).Stock, 1, 0)
+	again := order(951, u)
+	if res, err := q.Accept(ctx, &again); err != nil || res != Queued {
+		t.Fatalf("buy again = %d, %v", res, err)
+	}
+	if err := stock.DropBuyer(ctx, rdb, splitVoucher, splitParts, u, 950); err != nil {
+		t.Fatal(err)
+	}
+	if !s.buyer(0, u) {
+		t.Error("a retried DropBuyer of the old order forgot the buyer of the new one")
 	}
 }

@@ -231,7 +231,7 @@ func (q *Queue) replay(ctx context.Context, d deadLetter, restock Restocker) (Re
 		var res Result
 		if e.Bucket == e.home() {
 			res, err = q.run(ctx, e, dead(e), d.ID, 0)
-		} else {
+		} else if err = q.stocks.Undrop(ctx, e.VoucherID, e.Buckets, e.UserID, e.OrderID); err == nil {
 			res, err = q.elsewhere(ctx, &e, d.ID, dead)
 		}
 		if err != nil {
@@ -281,6 +281,20 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 		user = "" // malformed: no voucher's keys to settle
 	}
 	args := append([]any{GroupName, m.ID, field(m, fieldOrder), user, unit, buyer}, fields...)
+	if user != "" && !keepBuyer && e.Bucket != e.home() {
+		// The unit came from another bucket than the buyer's home: the
+		// script below settles the unit, and the buyer, remembered at
+		// home (in another slot), is forgotten here, first: should the
+		// script then fail, the entry stays pending and both are tried
+		// again, this step once per order (stock.DropBuyer), and the
+		// buyer is not left remembered by a script that ran but whose
+		// answer was lost (the entry, acknowledged by it, would never
+		// come back).
+		if err := stock.DropBuyer(ctx, p.rdb, e.VoucherID, e.Buckets, e.UserID, e.OrderID); err != nil {
+			p.log.Warn("forget the buyer of a dead letter in their home bucket; the entry stays pending and is tried again", "id", m.ID, "err", err)
+			return
+		}
+	}
 	n, err := deadScript.Run(ctx, p.rdb, keys, args...).Int()
 	if err != nil {
 		p.log.Warn("dead-letter entry; it stays pending and is tried again", "id", m.ID, "err", err)
@@ -288,24 +302,6 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	}
 	if n == 1 {
 		p.log.Error("entry sent to the dead letters", "id", m.ID, "values", m.Values, "err", cause)
-	}
-	if n == 1 && user != "" && !keepBuyer && e.Bucket != e.home() {
-		// The unit came from another bucket than the buyer's home: the
-		// script settled the unit, and the buyer, remembered at home (in
-		// another slot), is forgotten here, with the claim that may still
-		// be open there (the request between its accept and closing the
-		// claim, which then remembers nobody: stock's KeepClaim). Should
-		// that fail, they stay "already bought" until the voucher's keys
-		// are reloaded: a chance to buy lost, never a unit.
-		home := stock.BucketKeys(e.VoucherID, e.Buckets, e.home())
-		_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.ZRem(ctx, home.Claims, e.UserID)
-			pipe.SRem(ctx, home.Buyers, e.UserID)
-			return nil
-		})
-		if err != nil {
-			p.log.Warn("forget the buyer of a dead letter in their home bucket", "id", m.ID, "err", err)
-		}
 	}
 }
 

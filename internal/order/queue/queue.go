@@ -112,6 +112,11 @@ type Entry struct {
 	// Bucket the one its unit came from, in whose shard's stream the
 	// entry is.
 	Buckets, Bucket int
+
+	// claim is the claim of the buyer at home while Accept takes a unit
+	// of another bucket (zero otherwise): Lost settles it. Never in the
+	// stream.
+	claim stock.Claimed
 }
 
 // The fields of a stream entry, as accept.lua writes them; the last two
