@@ -54,8 +54,6 @@ func (s *Store) close(ctx context.Context, entries, buyers string, userID int64,
 	return n == 1, err
 }
 
-
-
 func (s *Store) keys(h Hold) (home, from Keys) {
 	return BucketKeys(h.Voucher, h.Buckets, h.Home), BucketKeys(h.Voucher, h.Buckets, h.From)
 }
