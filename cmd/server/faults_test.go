@@ -143,11 +143,11 @@ var faultCases = []faultCase{
 		// The stock script (take.lua, or accept.lua in async mode) is told
 		// apart from the others given the voucher's stock key by its
 		// length: EVALSHA, SHA, key count, 4 keys and 2 arguments (take),
-		// or 7 keys and 4 arguments (accept).
+		// or 8 keys and 8 arguments (accept).
 		evalsha := faultproxy.RedisCommand("EVALSHA")
 		fired := r.rd.DropReplyAfter(func(chunk []byte) bool {
 			return evalsha(chunk) && bytes.Contains(chunk, []byte(":stock\r\n")) &&
-				(bytes.HasPrefix(chunk, []byte("*9\r\n")) || bytes.HasPrefix(chunk, []byte("*14\r\n")))
+				(bytes.HasPrefix(chunk, []byte("*9\r\n")) || bytes.HasPrefix(chunk, []byte("*19\r\n")))
 		})
 		select {
 		case <-fired:
