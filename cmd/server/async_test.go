@@ -470,6 +470,17 @@ func TestAsyncDeadLetterSettledAndReplayed(t *testing.T) {
 }
 
 // streamOf names the orders stream of voucher vid's shard.
+// streamsOf names the streams the orders of voucher vid, of n buckets,
+// go to: one per bucket (its shard's).
+func streamsOf(vid string, n int) []string {
+	id, _ := strconv.ParseInt(vid, 10, 64)
+	var out []string
+	for b := range max(n, 1) {
+		out = append(out, queue.StreamKey(stock.BucketShard(id, n, b)))
+	}
+	return out
+}
+
 func streamOf(vid string) string {
 	id, _ := strconv.ParseInt(vid, 10, 64)
 	return queue.StreamKey(stock.ShardOf(id))

@@ -290,20 +290,24 @@ func waitSettled(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vid, mode
 	t.Helper()
 	if mode == "async" {
 		deadline := time.Now().Add(within)
-		for {
-			pending, err := rdb.XPending(context.Background(), streamOf(vid), queue.GroupName).Result()
-			info, _ := rdb.XInfoGroups(context.Background(), streamOf(vid)).Result()
-			lag := int64(0)
-			for _, g := range info {
-				lag = g.Lag
+		// Every stream the voucher's orders go to: one per bucket.
+		streams := streamsOf(vid, readState(t, db, rdb, vid).Buckets)
+		for _, stream := range streams {
+			for {
+				pending, err := rdb.XPending(context.Background(), stream, queue.GroupName).Result()
+				info, _ := rdb.XInfoGroups(context.Background(), stream).Result()
+				lag := int64(0)
+				for _, g := range info {
+					lag = g.Lag
+				}
+				if err == nil && pending.Count == 0 && lag == 0 && len(info) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("queue %s not drained after %s: pending %+v (err %v), groups %+v", stream, within, pending, err, info)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			if err == nil && pending.Count == 0 && lag == 0 && len(info) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("queue not drained after %s: pending %+v (err %v), groups %+v", within, pending, err, info)
-			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return waitRest(t, db, rdb, vid, within)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"seckill/internal/testenv"
 	"seckill/migrations"
 )
@@ -33,13 +35,16 @@ const galeraFailover = testenv.GaleraSuspect + 4*time.Second
 
 func TestGalera(t *testing.T) {
 	g := testenv.StartGalera(t, 3)
+	// The sales with a node killed sell a voucher of three buckets on a
+	// Redis Cluster of three masters: both tiers past one machine at once.
+	c := testenv.StartCluster(t)
 	t.Run("migrations at once on three nodes", func(t *testing.T) { galeraMigrations(t, g) })
 	t.Run("conflicts retried", func(t *testing.T) { galeraConflicts(t, g) })
 	// The node that dies is every instance's in sync mode (the README's
 	// layout: all through one node), one instance's in async mode (each
 	// through its own).
-	t.Run("node killed mid-sale/sync, all through it", func(t *testing.T) { galeraNodeKilled(t, g, "sync", true) })
-	t.Run("node killed mid-sale/async, each through its own", func(t *testing.T) { galeraNodeKilled(t, g, "async", false) })
+	t.Run("node killed mid-sale/sync, all through it", func(t *testing.T) { galeraNodeKilled(t, g, c, "sync", true) })
+	t.Run("node killed mid-sale/async, each through its own", func(t *testing.T) { galeraNodeKilled(t, g, c, "async", false) })
 }
 
 // galeraStack is a database on the cluster, with the service's user (all
@@ -269,22 +274,32 @@ func sameOnEveryNode(t *testing.T, st galeraStack, vid string) {
 // is SIGKILLed. Each instance must sell again within galeraFailover of the
 // kill, those whose node died through the next node; the sale adds up;
 // node 1 comes back (IST) and holds what the others hold.
-func galeraNodeKilled(t *testing.T, g *testenv.Galera, mode string, allThrough bool) {
+func galeraNodeKilled(t *testing.T, g *testenv.Galera, c *testenv.Cluster, mode string, allThrough bool) {
 	const stock, buyers, victim = 300, 600, 1
 	st := newGaleraStack(t, g)
+	// Each sale's database is new, and numbers its vouchers from 1: the
+	// cluster forgets the sale before.
+	err := c.Client(t).ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		return m.FlushAll(ctx).Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var envs []map[string]string
 	for i := range g.N() {
 		home := i
 		if allThrough {
 			home = victim
 		}
-		envs = append(envs, st.env(t, home, "SECKILL_MODE", mode))
+		env := st.env(t, home, "SECKILL_MODE", mode, "REDIS_ADDRS", strings.Join(c.Addrs(), ","))
+		delete(env, "REDIS_ADDR")
+		envs = append(envs, env)
 	}
 	insts := startAll(t, envs)
 	admin, _ := mustLogin(t, insts[0].Base, adminPhone)
-	vid := openVoucher(t, insts[0].Base, admin, stock)
+	vid := createVoucher(t, insts[0].Base, admin, stock, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), "buckets", 3)
 	users := loginMany(t, insts[1].Base, buyers)
-	db, rdb := testenv.Open(t, st.dsns[0]), st.redis.Client(t)
+	db, rdb := testenv.Open(t, st.dsns[0]), c.Client(t)
 
 	// Each buyer keeps to one instance, so that each instance's answers
 	// tell how it fared.
