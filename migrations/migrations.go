@@ -191,6 +191,25 @@ func load(dialect string) ([]step, error) {
 	return steps, nil
 }
 
+// Versions lists the versions db has applied, oldest first, each as
+// often as schema_migrations records it (once, if all is well).
+func Versions(ctx context.Context, db *sql.DB) ([]int, error) {
+	rows, err := db.QueryContext(ctx, "SELECT version FROM schema_migrations ORDER BY version")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read applied versions: %w", err)
+	}
+	defer rows.Close()
+	var vs []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, rows.Err()
+}
+
 func applied(ctx context.Context, q querier) (map[int]bool, error) {
 	rows, err := q.QueryContext(ctx, "SELECT version FROM schema_migrations")
 	if err != nil {

@@ -139,20 +139,8 @@ func openMySQL(t *testing.T) *sql.DB {
 
 func versionsApplied(t *testing.T, db *sql.DB) []int {
 	t.Helper()
-	rows, err := db.Query("SELECT version FROM schema_migrations ORDER BY version")
+	vs, err := migrations.Versions(context.Background(), db)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var vs []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		vs = append(vs, v)
-	}
-	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return vs

@@ -72,12 +72,7 @@ func TestSaleOnRedisCluster(t *testing.T) {
 	for _, mode := range []string{"sync", "async"} {
 		t.Run(mode, func(t *testing.T) {
 			st := newStack(t, 0)
-			var insts []*instance
-			for range 3 {
-				env := st.env(freeAddr(t), "REDIS_ADDRS", strings.Join(c.Addrs(), ","), "SECKILL_MODE", mode)
-				delete(env, "REDIS_ADDR")
-				insts = append(insts, start(t, env))
-			}
+			insts := onCluster(t, st, c, mode, 3)
 			admin, _ := mustLogin(t, insts[0].Base, adminPhone)
 			const stock = 100
 			// Vouchers go to shards by ID, and shard k's slots are the
@@ -133,12 +128,7 @@ func TestSaleOnRedisCluster(t *testing.T) {
 	for _, mode := range []string{"sync", "async"} {
 		t.Run(mode+"/buckets", func(t *testing.T) {
 			st := newStack(t, 0)
-			var insts []*instance
-			for range 3 {
-				env := st.env(freeAddr(t), "REDIS_ADDRS", strings.Join(c.Addrs(), ","), "SECKILL_MODE", mode)
-				delete(env, "REDIS_ADDR")
-				insts = append(insts, start(t, env))
-			}
+			insts := onCluster(t, st, c, mode, 3)
 			admin, _ := mustLogin(t, insts[0].Base, adminPhone)
 			const stock = 100
 			vid := createVoucher(t, insts[0].Base, admin, stock, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), "buckets", 3)
@@ -203,4 +193,16 @@ func TestSaleOnRedisCluster(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onCluster starts n instances of st in mode on the Redis Cluster c.
+func onCluster(t *testing.T, st stack, c *testenv.Cluster, mode string, n int) []*instance {
+	t.Helper()
+	var insts []*instance
+	for range n {
+		env := st.env(freeAddr(t), "REDIS_ADDRS", strings.Join(c.Addrs(), ","), "SECKILL_MODE", mode)
+		delete(env, "REDIS_ADDR")
+		insts = append(insts, start(t, env))
+	}
+	return insts
 }

@@ -158,18 +158,9 @@ func appliedVersions(t *testing.T, dsn string) []int {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query("SELECT version FROM schema_migrations ORDER BY version")
+	vs, err := migrations.Versions(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer rows.Close()
-	var vs []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		vs = append(vs, v)
 	}
 	return vs
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os/exec"
 	"strconv"
@@ -258,6 +259,24 @@ func (c *Cluster) ScriptCalls(t testing.TB) map[string]int64 {
 		calls[m.Addr()] = ScriptsIn(m.Client(t).Info(context.Background(), "commandstats").Val())
 	}
 	return calls
+}
+
+// EvenShares fails t unless each master's share of calls (ScriptCalls)
+// lies within 5% of an even share, and logs them all.
+func EvenShares(t testing.TB, calls map[string]int64) {
+	t.Helper()
+	var total int64
+	for _, v := range calls {
+		total += v
+	}
+	even := 1 / float64(len(calls))
+	for addr, v := range calls {
+		share := float64(v) / float64(total)
+		t.Logf("%s: %d of %d scripts (%.1f%%)", addr, v, total, 100*share)
+		if math.Abs(share-even) > 0.05*even {
+			t.Errorf("master %s ran %.1f%% of the scripts, want %.1f%% ± 5%% of it", addr, 100*share, 100*even)
+		}
+	}
 }
 
 // ScriptsIn counts the scripts run (EVALSHA and EVAL calls) in the output

@@ -243,28 +243,15 @@ func (n *galeraNode) start(bootstrap bool) error {
 		return err
 	}
 	defer db.Close()
-	// Polled as process.waitReady does, for longer: a joiner answers
-	// only after its state transfer.
-	deadline := time.Now().Add(galeraTimeout)
-	for {
+	err = proc.waitReadyWithin(galeraTimeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			n.proc = proc
-			return nil
-		}
-		select {
-		case <-proc.exited:
-			return fmt.Errorf("%w; log:\n%s", errExited, logTail(proc.log))
-		default:
-		}
-		if time.Now().After(deadline) {
-			proc.kill()
-			return fmt.Errorf("not ready after %v: %v; log:\n%s", galeraTimeout, err, logTail(proc.log))
-		}
-		time.Sleep(50 * time.Millisecond)
+		defer cancel()
+		return db.PingContext(ctx)
+	})
+	if err == nil {
+		n.proc = proc
 	}
+	return err
 }
 
 func nodeConfig(port int, db string) *mysql.Config {

@@ -357,7 +357,13 @@ func (p *process) kill() {
 // not within startTimeout. When the process exits first (a port taken since
 // it was found free, a bad flag), the error holds the end of its log.
 func (p *process) waitReady(ready func() error) error {
-	deadline := time.Now().Add(startTimeout)
+	return p.waitReadyWithin(startTimeout, ready)
+}
+
+// waitReadyWithin is waitReady with a time of its own: a Galera node that
+// joins answers only after its state transfer.
+func (p *process) waitReadyWithin(within time.Duration, ready func() error) error {
+	deadline := time.Now().Add(within)
 	for {
 		err := ready()
 		if err == nil {
@@ -370,7 +376,7 @@ func (p *process) waitReady(ready func() error) error {
 		}
 		if time.Now().After(deadline) {
 			p.kill()
-			return fmt.Errorf("not ready after %v: %v; log:\n%s", startTimeout, err, logTail(p.log))
+			return fmt.Errorf("not ready after %v: %v; log:\n%s", within, err, logTail(p.log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

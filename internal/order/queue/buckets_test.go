@@ -57,6 +57,17 @@ func homedAt(home, count int) []int64 {
 	return users
 }
 
+// mustClaim claims user at home for a unit of another bucket of
+// splitVoucher, as Accept does once home is empty.
+func mustClaim(t *testing.T, q *Queue, user int64) stock.Claimed {
+	t.Helper()
+	c, res, err := q.stocks.Claim(context.Background(), splitVoucher, splitParts, user)
+	if err != nil || res != stock.Taken {
+		t.Fatalf("claim: %d, %v", res, err)
+	}
+	return c
+}
+
 // order is a new order of user for splitVoucher, under id.
 func order(id, user int64) Entry {
 	return Entry{OrderID: id, UserID: user, VoucherID: splitVoucher, At: time.UnixMilli(time.Now().UnixMilli()).UTC(), Buckets: splitParts}
@@ -289,10 +300,7 @@ func TestAcceptInAnAwayBucketPastTheClaimLapses(t *testing.T) {
 	ctx := context.Background()
 	splitStock(t, q, rdb, 0, 1, 0)
 	u := homedAt(0, 1)[0]
-	until, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u)
-	if err != nil || claim != stock.Taken {
-		t.Fatalf("claim: %d, %v", claim, err)
-	}
+	until := mustClaim(t, q, u)
 	e := order(301, u)
 	e.Bucket = 1
 
@@ -358,10 +366,7 @@ func TestLostSettlesTheClaimOfAnAwayBucket(t *testing.T) {
 	t.Run("accepted", func(t *testing.T) {
 		s := split{t, rdb}
 		u := users[1]
-		until, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u)
-		if err != nil || claim != stock.Taken {
-			t.Fatalf("claim: %d, %v", claim, err)
-		}
+		until := mustClaim(t, q, u)
 		e := order(402, u)
 		e.Bucket, e.claim = 1, until
 		if res, err := q.run(ctx, e, e.voidKey(), "", until.Until); err != nil || res != Queued {
@@ -631,10 +636,7 @@ func TestDeadLetterBeforeKeepClaimLeavesNoBuyer(t *testing.T) {
 	u := homedAt(0, 1)[0]
 
 	// Accept, step one: claim at home, queue in bucket 1.
-	until, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u)
-	if err != nil || claim != stock.Taken {
-		t.Fatalf("claim: %d, %v", claim, err)
-	}
+	until := mustClaim(t, q, u)
 	e := order(801, u)
 	e.Bucket = 1
 	if res, err := q.run(ctx, e, e.voidKey(), "", until.Until); err != nil || res != Queued {
@@ -676,10 +678,7 @@ func TestStaleRequestLeavesANewerClaimAlone(t *testing.T) {
 	s := split{t, rdb}
 	splitStock(t, q, rdb, 0, 2, 0)
 	u := homedAt(0, 1)[0]
-	old, claim, err := q.stocks.Claim(ctx, splitVoucher, splitParts, u)
-	if err != nil || claim != stock.Taken {
-		t.Fatalf("claim: %d, %v", claim, err)
-	}
+	old := mustClaim(t, q, u)
 	// The sweeper forgot the first (expired, no order); a second request
 	// claims anew, with a later deadline.
 	rdb.ZRem(ctx, s.keys(0).Claims, u)

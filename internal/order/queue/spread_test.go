@@ -54,18 +54,7 @@ func TestBucketsSpreadOverMasters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	calls := c.ScriptCalls(t)
-	var total int64
-	for _, v := range calls {
-		total += v
-	}
-	for addr, v := range calls {
-		share := float64(v) / float64(total)
-		t.Logf("%s: %d of %d scripts (%.1f%%)", addr, v, total, 100*share)
-		if math.Abs(share-1.0/3) > 0.05/3 {
-			t.Errorf("master %s ran %.1f%% of the scripts, want 33.3%% ± 5%% of it", addr, 100*share)
-		}
-	}
+	testenv.EvenShares(t, c.ScriptCalls(t))
 }
 
 // BenchmarkBucketedAccept queues orders of a hot voucher of one and of
