@@ -26,7 +26,7 @@ const (
 )
 
 // errLeaseLost ends a migration whose lease another instance took.
-var errLeaseLost = errors.New("migrations: lost the migration lease to another instance (not renewed within " + leaseFor.String() + ")")
+var errLeaseLost = errors.New("migrations: lost the migration lease to another instance (not renewed within " + leaseFor.String() + ", as happens while a DDL holds every commit of a Galera cluster)")
 
 const createLease = `CREATE TABLE IF NOT EXISTS schema_migrations_lease (
 	id       INT         NOT NULL PRIMARY KEY,
@@ -117,12 +117,21 @@ func conflict(err error) bool {
 }
 
 // renewals renews the lease every renewEvery until it is released, or
-// lost: then the migration's context ends.
+// found lost: then the migration's context ends.
+//
+// A renewal that fails does not end it. On Galera a DDL runs in total
+// order: every other commit of the cluster, the renewal's too, waits until
+// it is done, which on a big table may be minutes. Cancelling the
+// migration then would only drop its connection (the ALTER goes on in the
+// server) and fail the start of every instance in turn. The lease may
+// expire meanwhile and another instance take it; what keeps them from
+// both recording a version is record's check, in the transaction that
+// records it, that the lease is still ours; and every file's statements
+// may run twice (see step.run).
 func (l *lease) renewals() {
 	defer close(l.renewed)
 	t := time.NewTicker(renewEvery)
 	defer t.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -132,14 +141,8 @@ func (l *lease) renewals() {
 		ctx, cancel := context.WithTimeout(l.ctx, renewEvery)
 		ours, err := l.renew(ctx, l.db)
 		cancel()
-		switch {
-		case err == nil && !ours:
+		if err == nil && !ours {
 			l.cancel(errLeaseLost)
-			return
-		case err == nil:
-			last = time.Now()
-		case time.Since(last) >= leaseFor:
-			l.cancel(fmt.Errorf("%w: %w", errLeaseLost, err))
 			return
 		}
 	}

@@ -794,6 +794,9 @@ func TestAPIPanicIsInternal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(stores.close)
+	if stores.truth != nil {
+		t.Error("a pool for causal reads opened on one MariaDB, not a Galera cluster")
+	}
 	a, err := newApp(cfg, stores, log)
 	if err != nil {
 		t.Fatal(err)

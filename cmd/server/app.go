@@ -85,6 +85,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	ocfg := order.DefaultConfig
 	ocfg.WriteTimeout = cfg.WriteTimeout()
 	ocfg.Async = cfg.Mode == "async"
+	ocfg.Truth = st.truth
 	ocfg.Observer = a.metrics
 	// No payment provider ships with the project. A real one's client
 	// plugs in here, as a payment.Provider; the fake one confirms every

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -40,6 +42,7 @@ func TestGalera(t *testing.T) {
 	c := testenv.StartCluster(t)
 	t.Run("migrations at once on three nodes", func(t *testing.T) { galeraMigrations(t, g) })
 	t.Run("conflicts retried", func(t *testing.T) { galeraConflicts(t, g) })
+	t.Run("causal reads", func(t *testing.T) { galeraCausalReads(t, g) })
 	// The node that dies is every instance's in sync mode (the README's
 	// layout: all through one node), one instance's in async mode (each
 	// through its own).
@@ -376,12 +379,18 @@ func galeraNodeKilled(t *testing.T, g *testenv.Galera, c *testenv.Cluster, mode 
 	// MySQL's side (in async mode the answers do not wait for it): the
 	// longest stretch without a new order row, from the kill on.
 	var pause time.Duration
-	last := at
+	last, after := at, 0
 	for _, r := range rose() {
 		if r.After(at) {
 			pause = max(pause, r.Sub(last))
 			last = r
+			after++
 		}
+	}
+	if after == 0 {
+		// In async mode the answers never wait for MySQL: only rows tell
+		// that it carried on.
+		t.Fatalf("MySQL committed no order after node %d died", victim)
 	}
 	t.Logf("MySQL committed no order for %v at most after the kill", pause.Round(time.Millisecond))
 	if pause > galeraFailover {
@@ -526,5 +535,34 @@ func TestGaleraThroughput(t *testing.T) {
 				name, len(won), took.Round(time.Millisecond), float64(len(won))/took.Seconds(), f.conflicts, f.meanBatch(),
 				l.count(http.StatusServiceUnavailable, "unavailable"))
 		})
+	}
+}
+
+// On a Galera cluster the service opens a second pool for the reads that
+// decide a unit's fate (order.Config.Truth), whose reads wait for the
+// cluster's commits (wsrep_sync_wait=1); on one server it opens none
+// (TestAPIPanicIsInternal). It fails if openStores leaves the pool
+// out on Galera, or opens it without the setting.
+func galeraCausalReads(t *testing.T, g *testenv.Galera) {
+	st := newGaleraStack(t, g)
+	env := st.env(t, 0)
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores, err := openStores(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stores.close)
+	if stores.truth == nil {
+		t.Fatal("no pool for causal reads on a Galera cluster")
+	}
+	var wait, plain int
+	if err := stores.truth.Raw("SELECT @@SESSION.wsrep_sync_wait").Row().Scan(&wait); err != nil || wait != 1 {
+		t.Errorf("causal reads' wsrep_sync_wait = %d (%v), want 1", wait, err)
+	}
+	if err := stores.db.Raw("SELECT @@SESSION.wsrep_sync_wait").Row().Scan(&plain); err != nil || plain != 0 {
+		t.Errorf("the service's own reads' wsrep_sync_wait = %d (%v), want 0: every read would wait", plain, err)
 	}
 }

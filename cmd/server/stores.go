@@ -33,6 +33,7 @@ import (
 // stores are the connections to MySQL and Redis.
 type stores struct {
 	db      *gorm.DB
+	truth   *gorm.DB // on a Galera cluster, causal reads (order.Config.Truth); nil otherwise
 	rdb     redis.UniversalClient
 	redlock []redis.UniversalClient
 	tracer  *tracing.Tracer // nil: tracing off
@@ -43,6 +44,64 @@ func (s *stores) close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
 	}
+}
+
+// openMySQL opens a gorm handle on dsn, traced if tracer is not nil.
+func openMySQL(dsn string, tracer *tracing.Tracer, gcfg *gorm.Config) (*gorm.DB, error) {
+	dialector := mysql.Open(dsn)
+	if tracer != nil {
+		pool, err := tracer.OpenMySQL(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open mysql: %w", err)
+		}
+		dialector = mysql.New(mysql.Config{Conn: pool})
+	}
+	db, err := gorm.Open(dialector, gcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
+	return db, nil
+}
+
+// truthConns is the connections of the causal reads' pool on a Galera
+// cluster: the reads that decide a unit's fate are rare (a lost COMMIT
+// answer, a sweep, a reload, a reconciliation), and a few at once is
+// plenty.
+const truthConns = 4
+
+// openTruth opens, on a Galera cluster (wsrep_on), the pool of the reads
+// that must see every commit the cluster certified before them
+// (order.Config.Truth): its connections set wsrep_sync_wait=1, so that a
+// read waits until its node has applied them. Only those reads: every
+// read made to wait would cost the hot path a round trip in the cluster.
+// Elsewhere it opens nothing.
+func openTruth(st *stores, dsn string, gcfg *gorm.Config) error {
+	var name, on string
+	if err := st.db.Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Row().Scan(&name, &on); err != nil || on != "ON" {
+		return nil // not MariaDB with Galera (MySQL has no such variable: no row)
+	}
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["wsrep_sync_wait"] = "1"
+	db, err := openMySQL(cfg.FormatDSN(), st.tracer, gcfg)
+	if err != nil {
+		return err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	sqlDB.SetMaxOpenConns(truthConns)
+	sqlDB.SetMaxIdleConns(truthConns)
+	sqlDB.SetConnMaxLifetime(nodesConnLifetime)
+	st.closers = append(st.closers, func() { sqlDB.Close() })
+	st.truth = db
+	return nil
 }
 
 // openStores connects to MySQL and Redis (or starts the embedded ones),
@@ -96,17 +155,10 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 			st.close()
 			return nil, err
 		}
-		dialector := mysql.Open(dsn)
-		if tracer != nil {
-			pool, err := tracer.OpenMySQL(dsn)
-			if err != nil {
-				return nil, fmt.Errorf("open mysql: %w", err)
-			}
-			dialector = mysql.New(mysql.Config{Conn: pool})
-		}
-		db, err := gorm.Open(dialector, gcfg)
+		db, err := openMySQL(dsn, tracer, gcfg)
 		if err != nil {
-			return nil, fmt.Errorf("open mysql: %w", err)
+			st.close()
+			return nil, err
 		}
 		st.db = db
 	}
@@ -159,6 +211,12 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 	if err := migrate(ctx, cfg, dsn, sqlDB, dialect); err != nil {
 		st.close()
 		return nil, err
+	}
+	if !cfg.embedded() {
+		if err := openTruth(st, dsn, gcfg); err != nil {
+			st.close()
+			return nil, fmt.Errorf("open mysql for causal reads: %w", err)
+		}
 	}
 	return st, nil
 }

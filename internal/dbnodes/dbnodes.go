@@ -14,8 +14,8 @@
 // Synced in the primary component. A node that is joining (state
 // transfer, catching up) answers every statement with error 1047 ("WSREP
 // has not yet prepared node for application use"); one cut off from the
-// majority does too; a donor of a full copy blocks writes. None of these
-// takes new connections. Connections already open to a node are treated
+// majority does too; a donor of a full copy may block writes. None of
+// these takes new connections. Connections already open to a node are treated
 // by what happened to it:
 //
 //   - the node died (SIGKILL, a crash, a reboot): its connections are
@@ -23,7 +23,9 @@
 //     drops them and dials again, here, to the next node;
 //   - the node answers that it is not Synced: its connections are closed
 //     at once, so that no request is sent to a node that can only refuse
-//     it (a statement in flight on one fails, as it would have anyway);
+//     it (a statement in flight on one fails, as it would have anyway),
+//     but for a donor still ready in the majority, which may be serving
+//     them (see ready);
 //   - the probe gets no answer (a network cut, a node frozen): no new
 //     connection goes there, but the open ones are left alone. A slow
 //     probe on a loaded machine must not cut healthy connections, each a
@@ -182,11 +184,13 @@ func (n *Nodes) dial(ctx context.Context, _ string) (net.Conn, error) {
 		if err == nil {
 			return n.track(i, c.(*net.TCPConn)), nil
 		}
-		n.set(i, false, fmt.Errorf("dial: %w", err), false)
 		errs = append(errs, err)
 		if ctx.Err() != nil {
+			// The caller's time ran out (a client that hung up, a
+			// deadline), not the node's: it stays as it was.
 			break
 		}
+		n.set(i, false, fmt.Errorf("dial: %w", err), false)
 	}
 	return nil, errors.Join(errs...)
 }
@@ -212,14 +216,14 @@ func (n *Nodes) watch(ctx context.Context, i int) {
 	t := time.NewTicker(ProbeEvery)
 	defer t.Stop()
 	for {
-		up, answered, err := n.probe(ctx, i)
+		up, cut, err := n.probe(ctx, i)
 		if ctx.Err() != nil {
 			return
 		}
 		// A node that answered that it cannot serve loses its
-		// connections; one that did not answer keeps them (see the
-		// package's doc).
-		n.set(i, up, err, !up && answered)
+		// connections; one that did not answer keeps them, and so does a
+		// donor (see the package's doc).
+		n.set(i, up, err, cut)
 		select {
 		case <-ctx.Done():
 			return
@@ -228,9 +232,10 @@ func (n *Nodes) watch(ctx context.Context, i int) {
 	}
 }
 
-// probe asks node i whether it can serve. answered is false when it
-// could not be asked at all.
-func (n *Nodes) probe(ctx context.Context, i int) (up, answered bool, err error) {
+// probe asks node i whether it can serve, and whether its open
+// connections must be cut (see ready); never when it could not be asked
+// at all.
+func (n *Nodes) probe(ctx context.Context, i int) (up, cut bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	rows, err := n.nodes[i].probe.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_provider_name', 'wsrep_ready', 'wsrep_local_state_comment', 'wsrep_cluster_status')")
@@ -255,16 +260,23 @@ func (n *Nodes) probe(ctx context.Context, i int) (up, answered bool, err error)
 // ready reads a node's wsrep status: a node without a provider (MySQL,
 // which has no such status, or MariaDB without Galera, which has it, not
 // ready and Disconnected) is up; a Galera node is up when it is Synced,
-// ready and in the primary component.
-func ready(status map[string]string) (up, answered bool, err error) {
+// ready and in the primary component. One that is not gets no new
+// connections, and its open ones are cut (it can only refuse them), but
+// for a donor that is still ready in the primary component: whether it
+// blocks writes depends on the state transfer (rsync does, mariabackup
+// and IST do not), and cutting every connection of the node the
+// instances prefer, each a COMMIT perhaps in flight, whenever it is
+// chosen as a donor would cost more than letting them finish.
+func ready(status map[string]string) (up, cut bool, err error) {
 	if status["wsrep_provider_name"] == "" {
-		return true, true, nil
+		return true, false, nil
 	}
 	state, ready, cluster := status["wsrep_local_state_comment"], status["wsrep_ready"], status["wsrep_cluster_status"]
 	if state == "Synced" && ready == "ON" && cluster == "Primary" {
-		return true, true, nil
+		return true, false, nil
 	}
-	return false, true, fmt.Errorf("wsrep state %s, ready %s, cluster %s", state, ready, cluster)
+	donor := strings.HasPrefix(state, "Donor") && ready == "ON" && cluster == "Primary"
+	return false, !donor, fmt.Errorf("wsrep state %s, ready %s, cluster %s", state, ready, cluster)
 }
 
 // set records what is known of node i, logs a change, and closes its

@@ -24,23 +24,23 @@ func TestReady(t *testing.T) {
 		return map[string]string{"wsrep_provider_name": "Galera", "wsrep_local_state_comment": state, "wsrep_ready": ready, "wsrep_cluster_status": cluster}
 	}
 	for _, tc := range []struct {
-		name   string
-		status map[string]string
-		up     bool
+		name    string
+		status  map[string]string
+		up, cut bool
 	}{
-		{"MySQL: no wsrep status", map[string]string{}, true},
-		{"MariaDB without Galera", map[string]string{"wsrep_provider_name": "", "wsrep_ready": "OFF", "wsrep_cluster_status": "Disconnected"}, true},
-		{"Galera node synced in the primary component", galera("Synced", "ON", "Primary"), true},
-		{"joining (IST, SST)", galera("Joining", "OFF", "Primary"), false},
-		{"joined, catching up", galera("Joined", "OFF", "Primary"), false},
-		{"donor of a copy: writes blocked", galera("Donor/Desynced", "ON", "Primary"), false},
-		{"cut off from the majority", galera("Synced", "OFF", "non-Primary"), false},
-		{"initialised, not yet joined", galera("Initialized", "OFF", "Disconnected"), false},
+		{"MySQL: no wsrep status", map[string]string{}, true, false},
+		{"MariaDB without Galera", map[string]string{"wsrep_provider_name": "", "wsrep_ready": "OFF", "wsrep_cluster_status": "Disconnected"}, true, false},
+		{"Galera node synced in the primary component", galera("Synced", "ON", "Primary"), true, false},
+		{"joining (IST, SST)", galera("Joining", "OFF", "Primary"), false, true},
+		{"joined, catching up", galera("Joined", "OFF", "Primary"), false, true},
+		{"donor of a copy: no new connections, the open ones left", galera("Donor/Desynced", "ON", "Primary"), false, false},
+		{"cut off from the majority", galera("Synced", "OFF", "non-Primary"), false, true},
+		{"initialised, not yet joined", galera("Initialized", "OFF", "Disconnected"), false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			up, answered, err := ready(tc.status)
-			if up != tc.up || !answered || (err == nil) != up {
-				t.Errorf("ready(%v) = %v, %v, %v; want up %v, answered", tc.status, up, answered, err, tc.up)
+			up, cut, err := ready(tc.status)
+			if up != tc.up || cut != tc.cut || (err == nil) != up {
+				t.Errorf("ready(%v) = %v, %v, %v; want up %v, cut %v", tc.status, up, cut, err, tc.up, tc.cut)
 			}
 		})
 	}

@@ -146,7 +146,7 @@ func New(log *slog.Logger) *Metrics {
 	conflicts := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "seckill_mysql_conflicts_total",
 		Help: "Transactions of orders (sync mode's group commit and single writes, async mode's batches) that MySQL rolled back for a conflict " +
-			"(error 1213: a deadlock, or on a Galera cluster another node's write to the same row certified first) and that were run again.",
+			"(error 1213: a deadlock, or on a Galera cluster another node's write to the same row certified first), each counted once, whether it was run again or was the last of its tries.",
 	})
 	m.conflicts = conflicts
 	consumer := prometheus.NewHistogram(prometheus.HistogramOpts{

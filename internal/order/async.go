@@ -148,7 +148,7 @@ func (m asyncMode) stockAt(ctx context.Context, voucherID int64, buckets int) (s
 	for i, e := range queued {
 		ids[i] = e.OrderID
 	}
-	snap, written, err := snapshotWith(ctx, m.db, voucherID, ids)
+	snap, written, err := snapshotWith(ctx, m.truth, voucherID, ids)
 	if err != nil {
 		return snapshot{}, err
 	}

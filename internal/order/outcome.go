@@ -83,9 +83,18 @@ func transactWith(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func
 func commitOutcome(err error) Outcome {
 	var me *mysql.MySQLError
 	switch {
-	case errors.As(err, &me):
-		// MySQL answered, with an error: it did not commit.
+	case errors.As(err, &me) && me.Number == 1213:
+		// A conflict (a deadlock victim, a Galera certification
+		// failure): rolled back whole.
 		return NotWritten
+	case errors.As(err, &me):
+		// MySQL answered with another error. On one server that means it
+		// did not commit; but a Galera node that fell out of the
+		// cluster's majority while committing answers an error (1180,
+		// 1047) for a write set the others may have received and
+		// committed. Asking costs one read (resolve), and such errors are
+		// rare: ask.
+		return Unknown
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrTxDone),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Never sent: the driver returns ErrBadConn only when the server

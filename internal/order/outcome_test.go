@@ -17,13 +17,16 @@ import (
 )
 
 // A failed COMMIT is "not written" only when it cannot have reached
-// MySQL, or MySQL answered it with an error; a lost answer is Unknown.
+// MySQL, or MySQL answered that it lost a conflict; a lost answer, or
+// another error (on Galera, a node cut off while committing), is Unknown.
 func TestCommitOutcome(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		want Outcome
 	}{
-		{&mysql.MySQLError{Number: 1180, Message: "got error during COMMIT"}, NotWritten},
+		{&mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}, NotWritten},
+		{&mysql.MySQLError{Number: 1180, Message: "got error during COMMIT"}, Unknown},
+		{&mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"}, Unknown},
 		{fmt.Errorf("commit: %w", driver.ErrBadConn), NotWritten},
 		{sql.ErrTxDone, NotWritten},
 		{context.Canceled, NotWritten},

@@ -55,6 +55,16 @@ type Config struct {
 	// unavailable), though the webhook still applies the provider's
 	// events.
 	Provider payment.Provider
+	// Truth is where the reads go that decide what becomes of a unit:
+	// whether an order whose COMMIT answer was lost exists, whether an
+	// expired hold's order does, the stock a reload or a reconciliation
+	// puts in Redis. On a Galera cluster it is a pool whose reads wait
+	// until their node has applied every commit the cluster certified
+	// before them (wsrep_sync_wait): a node reads a moment behind the
+	// others, and a read that missed another node's last commit would
+	// give a unit back that was sold, or sell one twice. Nil: the
+	// service's db, which on one server is the truth already.
+	Truth *gorm.DB
 }
 
 // DefaultConfig suits a stock hold of 15s.
@@ -85,6 +95,7 @@ type Service struct {
 // common is what the service and both modes use.
 type common struct {
 	db     *gorm.DB
+	truth  *gorm.DB       // cfg.Truth, or db: the reads that decide a unit's fate
 	pool   *idworker.Pool // order IDs, drawn a block at a time
 	memory *memory        // what this instance knows for sure of buyers and sold-out vouchers
 	obs    Observer       // cfg.Observer, or nobody
@@ -133,7 +144,11 @@ func NewService(db *gorm.DB, q *queue.Queue, vouchers *voucher.Service, stocks *
 	if obs == nil {
 		obs = nobody{}
 	}
-	s.common = common{db: db, memory: newMemory(now, cfg.SoldOutMemo), obs: obs, now: now, log: log, cfg: cfg}
+	truth := cfg.Truth
+	if truth == nil {
+		truth = db
+	}
+	s.common = common{db: db, truth: truth, memory: newMemory(now, cfg.SoldOutMemo), obs: obs, now: now, log: log, cfg: cfg}
 	s.pool = ids.NewPool(orderIDPrefix, s.seed)
 	s.commits = newGroupCommit(db, obs, cfg.GroupCommit)
 	if cfg.Async {
@@ -319,7 +334,7 @@ func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int6
 			// the same way (a locking read) before it returns the unit,
 			// and a unit goes back at most once, whoever returns it.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.WriteTimeout)
-			outcome, err = resolve(rctx, m.db, &o)
+			outcome, err = resolve(rctx, m.truth, &o)
 			cancel()
 		}
 		if outcome != NotWritten || (!errors.Is(err, errIDTaken) && !errors.Is(err, errIDCollision)) {
@@ -363,7 +378,7 @@ func (syncMode) accepted(context.Context, int64) (*Order, error) { return nil, n
 // stockAt: in sync mode MySQL's figures are the truth; a unit under a
 // hold that fails comes back by GiveBack or the Sweeper.
 func (m syncMode) stockAt(ctx context.Context, voucherID int64, _ int) (snapshot, error) {
-	return snapshotOf(ctx, m.db, voucherID)
+	return snapshotOf(ctx, m.truth, voucherID)
 }
 
 // quiet: orders on their way are units under holds, which Reconcile

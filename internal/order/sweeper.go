@@ -123,7 +123,7 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		}
 		// So do units MySQL took back (a cancel, a refund) that Redis
 		// has not yet (lifecycle.go).
-		left, returning, err := stockLeft(ctx, s.db, voucherID)
+		left, returning, err := stockLeft(ctx, s.truth, voucherID)
 		if err == nil && returning {
 			return 0, stock.ErrNotNow
 		}
@@ -143,7 +143,7 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 // by user, and leaves out those it cannot tell about: one stuck order must
 // not keep every other expired hold of the voucher from coming back.
 func (s *Service) ordersOf(ctx context.Context, voucherID int64, users []int64) (map[int64]int64, error) {
-	have, err := lockedOrders(ctx, s.db, voucherID, users)
+	have, err := lockedOrders(ctx, s.truth, voucherID, users)
 	if err == nil {
 		known := make(map[int64]int64, len(users))
 		for _, u := range users {
@@ -154,7 +154,7 @@ func (s *Service) ordersOf(ctx context.Context, voucherID int64, users []int64) 
 	s.log.WarnContext(ctx, "sweep: look up expired holds one by one", "voucher", voucherID, "err", err)
 	have = map[int64]int64{}
 	for _, u := range users {
-		one, err := lockedOrders(ctx, s.db, voucherID, []int64{u})
+		one, err := lockedOrders(ctx, s.truth, voucherID, []int64{u})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err
