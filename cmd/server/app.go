@@ -61,7 +61,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
 	a.conns = admission.NewConns(cfg.MaxConnsPerAddr, trusted)
-	ids := idworker.New(st.rdb, now, order.IDFloor(st.db, a.queue))
+	ids := idworker.New(st.rdb, now, order.IDFloor(st.causal(), a.queue))
 
 	// No SMS gateway ships with the project. A real one plugs in here, as
 	// an auth.Sender; until then LogSender logs that a code was sent,

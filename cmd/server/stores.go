@@ -40,6 +40,15 @@ type stores struct {
 	closers []func()
 }
 
+// causal is the handle of the reads that must see every commit of the
+// cluster: truth on Galera, db elsewhere.
+func (s *stores) causal() *gorm.DB {
+	if s.truth != nil {
+		return s.truth
+	}
+	return s.db
+}
+
 func (s *stores) close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
@@ -65,9 +74,10 @@ func openMySQL(dsn string, tracer *tracing.Tracer, gcfg *gorm.Config) (*gorm.DB,
 
 // truthConns is the connections of the causal reads' pool on a Galera
 // cluster: the reads that decide a unit's fate are rare (a lost COMMIT
-// answer, a sweep, a reload, a reconciliation), and a few at once is
-// plenty.
-const truthConns = 4
+// answer, a sweep, a reload, a reconciliation), but a group-commit batch
+// whose COMMIT answer was lost sends each of its orders to look itself up
+// at once.
+const truthConns = 8
 
 // openTruth opens, on a Galera cluster (wsrep_on), the pool of the reads
 // that must see every commit the cluster certified before them
@@ -75,9 +85,19 @@ const truthConns = 4
 // read waits until its node has applied them. Only those reads: every
 // read made to wait would cost the hot path a round trip in the cluster.
 // Elsewhere it opens nothing.
-func openTruth(st *stores, dsn string, gcfg *gorm.Config) error {
+//
+// With MYSQL_NODES (a cluster, then) a failure to ask fails the start: a
+// Galera cluster without causal reads would run, and only now and then
+// give a unit back that was sold.
+func openTruth(ctx context.Context, st *stores, dsn string, nodes bool, gcfg *gorm.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	var name, on string
-	if err := st.db.Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Row().Scan(&name, &on); err != nil || on != "ON" {
+	err := st.db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Row().Scan(&name, &on)
+	switch {
+	case err != nil && !errors.Is(err, sql.ErrNoRows) && nodes:
+		return fmt.Errorf("ask whether MySQL is a Galera cluster: %w", err)
+	case on != "ON":
 		return nil // not MariaDB with Galera (MySQL has no such variable: no row)
 	}
 	cfg, err := gomysql.ParseDSN(dsn)
@@ -213,7 +233,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		return nil, err
 	}
 	if !cfg.embedded() {
-		if err := openTruth(st, dsn, gcfg); err != nil {
+		if err := openTruth(ctx, st, dsn, len(cfg.MySQLNodes) > 0, gcfg); err != nil {
 			st.close()
 			return nil, fmt.Errorf("open mysql for causal reads: %w", err)
 		}

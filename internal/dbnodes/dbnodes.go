@@ -275,8 +275,11 @@ func ready(status map[string]string) (up, cut bool, err error) {
 	if state == "Synced" && ready == "ON" && cluster == "Primary" {
 		return true, false, nil
 	}
-	donor := strings.HasPrefix(state, "Donor") && ready == "ON" && cluster == "Primary"
-	return false, !donor, fmt.Errorf("wsrep state %s, ready %s, cluster %s", state, ready, cluster)
+	// Cut only a node that cannot serve at all: a donor, and the same node
+	// joined again and catching up (Joined) on its way back to Synced,
+	// stay ready in the primary component throughout.
+	serving := ready == "ON" && cluster == "Primary"
+	return false, !serving, fmt.Errorf("wsrep state %s, ready %s, cluster %s", state, ready, cluster)
 }
 
 // set records what is known of node i, logs a change, and closes its

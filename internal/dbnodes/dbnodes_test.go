@@ -34,6 +34,7 @@ func TestReady(t *testing.T) {
 		{"joining (IST, SST)", galera("Joining", "OFF", "Primary"), false, true},
 		{"joined, catching up", galera("Joined", "OFF", "Primary"), false, true},
 		{"donor of a copy: no new connections, the open ones left", galera("Donor/Desynced", "ON", "Primary"), false, false},
+		{"a donor done, catching up: the same", galera("Joined", "ON", "Primary"), false, false},
 		{"cut off from the majority", galera("Synced", "OFF", "non-Primary"), false, true},
 		{"initialised, not yet joined", galera("Initialized", "OFF", "Disconnected"), false, true},
 	} {

@@ -90,10 +90,10 @@ func (s *Store) bucketState(ctx context.Context, voucherID int64, n int) (stocks
 // loaded.
 //
 // seen, if not nil, is each bucket's stock (Levels) as read before the
-// database's figures were: what the kept buckets had then is subtracted
-// from left, not what they have now. Async mode needs it: its orders
-// taken from the kept buckets after that read are in no snapshot (they
-// were not yet queued), and subtracting the lower stock of now would hand
+// database's figures were: the higher of what a kept bucket had then and
+// has now is subtracted from left. Async mode needs it: its orders taken
+// from the kept buckets after the snapshot are in no snapshot (they were
+// not yet queued), and subtracting only the lower stock of now would hand
 // their units to the lost buckets a second time. (Sync mode passes nil:
 // its orders in flight are units under holds, read here, now.)
 func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, buyers []int64, returned []Returned, seen []int64) (bool, error) {
@@ -108,7 +108,14 @@ func (s *Store) Load(ctx context.Context, voucherID int64, n int, left int64, bu
 		case v < 0:
 			lost = append(lost, b)
 		case len(seen) == n && seen[b] >= 0:
-			left -= seen[b]
+			// The higher of then and now: a unit given back to a kept
+			// bucket since (a dead letter, a return) is in its stock now
+			// and in no snapshot's count; an order it took since is in
+			// its stock then. Either way the lost buckets get no unit
+			// twice; what this misjudges the other way (an order taken
+			// between the read and the snapshot, counted in both) is a
+			// unit too few, which reconciliation puts back.
+			left -= max(seen[b], v)
 		default:
 			left -= v
 		}
