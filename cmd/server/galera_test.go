@@ -207,23 +207,12 @@ func galeraConflicts(t *testing.T, g *testenv.Galera) {
 		envs = append(envs, st.env(t, home, "GROUP_COMMIT_WRITERS", "8"))
 	}
 	insts := startAll(t, envs) // three instances migrate at once, each on its node
-	admin, _ := mustLogin(t, insts[0].Base, adminPhone)
 	const stock, buyers = 300, 600
-	vid := openVoucher(t, insts[0].Base, admin, stock)
-	users := loginMany(t, insts[1].Base, buyers)
-
-	// A steady stream, not one burst: each node then commits many small
-	// batches, each racing the other nodes' for the row.
-	var l ledger
-	began := time.Now()
-	rush(&l, insts, users, vid, 1)
-	took := time.Since(began)
-
-	won := l.wins(t)
-	f := scrapeFigures(t, insts, admin)
+	sale := pressOnce(t, insts, stock, buyers)
+	l, vid, won, took, f := &sale.l, sale.vid, sale.won, sale.took, sale.f
 	t.Logf("%d of %d units sold to %d buyers in %v; 503: %d; conflicts: %.0f; group commit: %.0f orders in %.0f transactions, %.1f a batch",
 		len(won), stock, buyers, took.Round(time.Millisecond), l.count(http.StatusServiceUnavailable, "unavailable"), f.conflicts, f.units, f.batches, f.meanBatch())
-	onlyExpected(t, &l, "sold_out", "already_ordered")
+	onlyExpected(t, l, "sold_out", "already_ordered")
 	if len(won) != stock {
 		t.Errorf("%d units sold to %d buyers, want all %d", len(won), buyers, stock)
 	}
@@ -237,6 +226,32 @@ func galeraConflicts(t *testing.T, g *testenv.Galera) {
 
 // sameOnEveryNode checks that every node holds the same stock and orders
 // for the voucher.
+// onceSale is what pressOnce saw.
+type onceSale struct {
+	l    ledger
+	vid  string
+	won  map[string]string
+	took time.Duration
+	f    figures
+}
+
+// pressOnce opens a voucher of units on insts, logs in buyers users, and
+// has each press once, all released at once: a steady stream of small
+// batches on every node, each racing the others for the voucher's row. It
+// returns the answers, the rush's time and the instances' figures after.
+func pressOnce(t *testing.T, insts []*instance, units, buyers int) *onceSale {
+	t.Helper()
+	admin, _ := mustLogin(t, insts[0].Base, adminPhone)
+	sale := &onceSale{vid: openVoucher(t, insts[0].Base, admin, units)}
+	users := loginMany(t, insts[1].Base, buyers)
+	began := time.Now()
+	rush(&sale.l, insts, users, sale.vid, 1)
+	sale.took = time.Since(began)
+	sale.won = sale.l.wins(t)
+	sale.f = scrapeFigures(t, insts, admin)
+	return sale
+}
+
 func sameOnEveryNode(t *testing.T, st galeraStack, vid string) {
 	t.Helper()
 	st.g.WaitSynced(t)
@@ -520,20 +535,11 @@ func TestGaleraThroughput(t *testing.T) {
 				}
 				envs = append(envs, st.env(t, home))
 			}
-			insts := startAll(t, envs)
-			admin, _ := mustLogin(t, insts[0].Base, adminPhone)
 			const units = 2000
-			vid := openVoucher(t, insts[0].Base, admin, units)
-			users := loginMany(t, insts[1].Base, units)
-			var l ledger
-			began := time.Now()
-			rush(&l, insts, users, vid, 1)
-			took := time.Since(began)
-			won := l.wins(t)
-			f := scrapeFigures(t, insts, admin)
+			sale := pressOnce(t, startAll(t, envs), units, units)
 			t.Logf("%s: %d orders in %v, %.0f orders/s; %.0f conflicts; %.1f orders a batch; 503: %d",
-				name, len(won), took.Round(time.Millisecond), float64(len(won))/took.Seconds(), f.conflicts, f.meanBatch(),
-				l.count(http.StatusServiceUnavailable, "unavailable"))
+				name, len(sale.won), sale.took.Round(time.Millisecond), float64(len(sale.won))/sale.took.Seconds(), sale.f.conflicts, sale.f.meanBatch(),
+				sale.l.count(http.StatusServiceUnavailable, "unavailable"))
 		})
 	}
 }

@@ -112,7 +112,7 @@ func (i *asyncInstance) consume(t *testing.T, name string) {
 	t.Helper()
 	cfg := queue.DefaultConfig
 	cfg.Consumer = name
-	cs := queue.NewConsumers(i.rdb, QueueWriter(i.db, i.vouchers), time.Now, cfg, i.log)
+	cs := queue.NewConsumers(i.rdb, i.QueueWriter(), time.Now, cfg, i.log)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { queue.RunAll(ctx, ctx, cs); close(done) }()

@@ -11,17 +11,11 @@ import (
 )
 
 // QueueWriter returns the queue.Writer of async mode's consumers: it
-// writes the orders they read from the stream to db, each batch in one
-// transaction (writeBatch), and says what became of them. vouchers gives
-// each order its amount and deadline. It reports to nobody: the server's
-// consumers use Service.QueueWriter.
-func QueueWriter(db *gorm.DB, vouchers *voucher.Service) queue.Writer {
-	return queueWriter{db, vouchers, nobody{}}
-}
-
-// QueueWriter is the package's QueueWriter on the service's database and
-// vouchers, telling its Observer of the conflicts a batch lost and was
-// run again for.
+// writes the orders they read from the stream to the service's database,
+// each batch in one transaction (writeBatch), and says what became of
+// them; the service's vouchers give each order its amount and deadline,
+// and its Observer is told of the conflicts a batch lost and was run
+// again for.
 func (s *Service) QueueWriter() queue.Writer {
 	return queueWriter{s.db, s.vouchers, s.obs}
 }
