@@ -85,9 +85,14 @@ func (s *Service) Cancel(ctx context.Context, id, callerID int64) (View, error) 
 
 // Refund refunds a paid order, asked by its buyer or an admin: the money
 // goes back (the provider's Refund) and the unit back on sale. A refunded
-// order answers as it is, changing nothing in it; the provider is asked
-// again, which gives back once per order however often it is asked, so a
-// refund whose answer was lost is finished by its retry.
+// order answers as it is, changing nothing in it.
+//
+// The provider is asked to give the money back once per order: the ask
+// is claimed in the order's row (claimAsk), and once the provider took it
+// (refund_sent_at) nobody asks again. A refund whose ask failed, or whose
+// asker died, is asked again by the next call (at once, or askAgainAfter
+// later); the provider's Refund is keyed by the order, so that an ask
+// whose answer was lost cannot give back twice.
 func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (View, error) {
 	o, err := s.mine(ctx, id, callerID, admin)
 	if err != nil {
@@ -123,14 +128,27 @@ func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (V
 	if err != nil {
 		return View{}, err
 	}
-	if v.Status == StatusRefunded {
-		if s.cfg.Provider == nil {
-			s.log.ErrorContext(ctx, "order refunded, but no payment provider is configured to give the money back", "order", id, "amount", o.Amount)
-		} else if err := s.cfg.Provider.Refund(ctx, id, o.Amount); err != nil {
-			// The order is refunded: its buyer's retry asks the provider
-			// again.
-			return View{}, apperr.Down(fmt.Errorf("refund order %d with the provider: %w", id, err))
-		}
+	if s.cfg.Provider == nil {
+		s.log.ErrorContext(ctx, "order refunded, but no payment provider is configured to give the money back", "order", id, "amount", o.Amount)
+		return v, nil
+	}
+	at, asked, err := s.claimAsk(ctx, id, "refund_asked_at", "status = 'refunded' AND refund_sent_at IS NULL")
+	if err != nil {
+		return View{}, apperr.Down(err)
+	}
+	if !asked {
+		return v, nil // given back already, or being given back
+	}
+	if err := s.cfg.Provider.Refund(ctx, id, o.Amount); err != nil {
+		// The order is refunded: its buyer's retry asks the provider
+		// again.
+		s.giveUpAsk(ctx, id, "refund_asked_at", at)
+		return View{}, apperr.Down(fmt.Errorf("refund order %d with the provider: %w", id, err))
+	}
+	if err := s.db.WithContext(ctx).Exec("UPDATE voucher_orders SET refund_sent_at = ? WHERE id = ?", s.stamp().UTC(), id).Error; err != nil {
+		// Not recorded: a later call asks once more, which the
+		// provider's key on the order makes harmless.
+		s.log.WarnContext(ctx, "record a refund the provider took", "order", id, "err", err)
 	}
 	return v, nil
 }
@@ -138,6 +156,17 @@ func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (V
 // Pay asks the payment provider to charge the caller for their unpaid
 // order. The order is paid when the provider confirms, through the
 // webhook; Pay answers the order as it is now.
+//
+// The provider is asked once per order, not once per click: a buyer who
+// presses "pay" five times while the first charge is on its way would
+// otherwise be charged five times, and given back four (issue 35). The
+// ask is claimed first, in the order's row (claimAsk): of any number of
+// clicks on any number of instances, one claims it and asks; the others
+// answer the order as it is, the charge on its way. A charge the provider
+// refused gives the claim up, and the next click asks again; one whose
+// asker died is asked again askAgainAfter later, and the provider's own
+// idempotency key (payment.Provider: the order) keeps that from charging
+// twice.
 func (s *Service) Pay(ctx context.Context, id, callerID int64) (View, error) {
 	o, err := s.mine(ctx, id, callerID, false)
 	if err != nil {
@@ -152,10 +181,52 @@ func (s *Service) Pay(ctx context.Context, id, callerID int64) (View, error) {
 	if s.cfg.Provider == nil {
 		return View{}, apperr.Down(errors.New("no payment provider is configured"))
 	}
+	at, asked, err := s.claimAsk(ctx, id, "charge_asked_at", unpaid)
+	if err != nil {
+		return View{}, apperr.Down(err)
+	}
+	if !asked {
+		// Asked already, and not yet confirmed; or paid or cancelled
+		// meanwhile: the buyer sees which.
+		return s.after(ctx, id, false, StatusUnpaid)
+	}
 	if err := s.cfg.Provider.Charge(ctx, id, o.Amount); err != nil {
+		s.giveUpAsk(ctx, id, "charge_asked_at", at)
 		return View{}, apperr.Down(fmt.Errorf("charge order %d: %w", id, err))
 	}
 	return o.view(), nil
+}
+
+// askAgainAfter is how long an ask of the provider (a charge, a refund)
+// stands before another request may make it again: long enough that a
+// provider's answer is in, short enough that a buyer whose request died
+// after claiming the ask can pay a minute later.
+const askAgainAfter = time.Minute
+
+// claimAsk claims the right to ask the provider for money for order id,
+// in column (charge_asked_at, refund_asked_at): one guarded UPDATE, true
+// for the one request that changed the row, while the order is in state
+// (a WHERE clause) and nobody asked within askAgainAfter. It returns the
+// time it wrote, which giveUpAsk needs.
+func (s *Service) claimAsk(ctx context.Context, id int64, column, state string) (time.Time, bool, error) {
+	now := s.stamp()
+	res := s.db.WithContext(ctx).Exec("UPDATE voucher_orders SET "+column+" = ? WHERE id = ? AND "+state+
+		" AND ("+column+" IS NULL OR "+column+" <= ?)", now.UTC(), id, now.Add(-askAgainAfter).UTC())
+	if res.Error != nil {
+		return time.Time{}, false, fmt.Errorf("claim %s of order %d: %w", column, id, res.Error)
+	}
+	return now, res.RowsAffected == 1, nil
+}
+
+// giveUpAsk gives back a claim of claimAsk made at at, whose ask failed,
+// so that the next request asks at once. A claim someone else made since
+// is left alone. If this fails, the claim lapses after askAgainAfter.
+func (s *Service) giveUpAsk(ctx context.Context, id int64, column string, at time.Time) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.db.WithContext(ctx).Exec("UPDATE voucher_orders SET "+column+" = NULL WHERE id = ? AND "+column+" = ?", id, at.UTC()).Error; err != nil {
+		s.log.WarnContext(ctx, "give up the claim of a failed ask; it lapses", "order", id, "column", column, "err", err)
+	}
 }
 
 // mine reads an order of the caller (any order, for an admin), as a row:

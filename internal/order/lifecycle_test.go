@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,7 +36,30 @@ type lifecycleRig struct {
 	obs      *counting
 	voucher  int64
 	initial  int64
-	provider *payment.Fake
+	provider *flakyProvider
+}
+
+// flakyProvider is the Fake provider, whose asks fail while failing is
+// set: a provider down, or an answer lost on the way.
+type flakyProvider struct {
+	*payment.Fake
+	failing atomic.Bool
+}
+
+var errProviderDown = errors.New("provider down")
+
+func (p *flakyProvider) Charge(ctx context.Context, orderID, amount int64) error {
+	if p.failing.Load() {
+		return errProviderDown
+	}
+	return p.Fake.Charge(ctx, orderID, amount)
+}
+
+func (p *flakyProvider) Refund(ctx context.Context, orderID, amount int64) error {
+	if p.failing.Load() {
+		return errProviderDown
+	}
+	return p.Fake.Refund(ctx, orderID, amount)
 }
 
 func newLifecycleRig(t *testing.T, instances int, initial int64) *lifecycleRig {
@@ -43,7 +67,7 @@ func newLifecycleRig(t *testing.T, instances int, initial int64) *lifecycleRig {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r := &lifecycleRig{db: testenv.Open(t, testenv.MySQLDSN(t)), rdb: testenv.Redis(t, 0), obs: &counting{}, initial: initial}
 	r.stocks = stock.NewStore(r.rdb, 15*time.Second)
-	r.provider = payment.NewFake([]byte("lifecycle-test-secret-0123456789abcdef"), log)
+	r.provider = &flakyProvider{Fake: payment.NewFake([]byte("lifecycle-test-secret-0123456789abcdef"), log)}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { stop(); wg.Wait(); r.provider.Close() })
@@ -316,6 +340,13 @@ func TestRefundOnce(t *testing.T) {
 		if got := r.provider.Refunded(id); got != 500 {
 			t.Errorf("order %d: the provider gave back %d, want 500", id, got)
 		}
+		// Asked once, though refunded by four calls and asked again below.
+		if _, err := r.svcs[1].Refund(context.Background(), id, 0, true); err != nil {
+			t.Errorf("refund a refunded order again: %v", err)
+		}
+		if _, refunds := r.provider.Asked(id); refunds != 1 {
+			t.Errorf("order %d: the provider was asked %d times to refund it, want once", id, refunds)
+		}
 		// A refunded order cannot be cancelled, nor paid again.
 		if _, err := r.svcs[0].Cancel(context.Background(), id, 1); !errors.Is(err, ErrInvalidState) && !errors.Is(err, ErrNotFound) {
 			t.Errorf("cancel a refunded order: %v", err)
@@ -324,6 +355,117 @@ func TestRefundOnce(t *testing.T) {
 		if err != nil || a.Status != StatusRefunded || !a.Refund {
 			t.Errorf("a payment of a refunded order: %+v %v, want refunded with a refund", a, err)
 		}
+	}
+}
+
+// A refund the provider did not take is asked again by the next call, and
+// then never more.
+func TestRefundAskedAgainAfterAFailure(t *testing.T) {
+	r := newLifecycleRig(t, 1, 2)
+	id := r.buy(t, 1)[0]
+	if a, err := r.svcs[0].ApplyPayment(context.Background(), payment.Event{ID: "pay-once", OrderID: id, Amount: 500}); err != nil || a.Status != StatusPaid {
+		t.Fatalf("pay: %+v %v", a, err)
+	}
+	r.provider.failing.Store(true)
+	if _, err := r.svcs[0].Refund(context.Background(), id, 1, false); !errors.Is(err, errProviderDown) {
+		t.Fatalf("refund with the provider down: %v, want its error", err)
+	}
+	r.provider.failing.Store(false)
+	for range 3 {
+		if v, err := r.svcs[0].Refund(context.Background(), id, 1, false); err != nil || v.Status != StatusRefunded {
+			t.Fatalf("refund again: %+v %v", v, err)
+		}
+	}
+	if _, refunds := r.provider.Asked(id); refunds != 1 || r.provider.Refunded(id) != 500 {
+		t.Errorf("the provider took %d asks and gave back %d, want one ask and 500", refunds, r.provider.Refunded(id))
+	}
+}
+
+// Many clicks of "pay", at once, on two instances: the provider is asked
+// to charge once per order, and every click is answered with the order.
+// A charge the provider refused is asked again by the next click.
+func TestPayAskedOnce(t *testing.T) {
+	r := newLifecycleRig(t, 2, 10)
+	orders := r.buy(t, 4)
+	var wg sync.WaitGroup
+	for i, id := range orders {
+		for k := range 5 {
+			wg.Go(func() {
+				v, err := r.svcs[k%2].Pay(context.Background(), id, int64(i+1))
+				if err != nil || v.Status != StatusUnpaid {
+					t.Errorf("click %d on order %d: %+v %v", k, id, v, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, id := range orders {
+		if charges, _ := r.provider.Asked(id); charges != 1 {
+			t.Errorf("order %d: the provider was asked %d times to charge it, want once", id, charges)
+		}
+	}
+	if _, err := r.svcs[0].Pay(context.Background(), orders[0], 2); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another user pays the order: %v, want not found", err)
+	}
+
+	// A failed ask gives its claim up: the next click asks.
+	id, err := r.svcs[0].Seckill(context.Background(), 5, r.voucher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.provider.failing.Store(true)
+	if _, err := r.svcs[0].Pay(context.Background(), id, 5); !errors.Is(err, errProviderDown) {
+		t.Fatalf("pay with the provider down: %v, want its error", err)
+	}
+	r.provider.failing.Store(false)
+	for range 2 {
+		if _, err := r.svcs[1].Pay(context.Background(), id, 5); err != nil {
+			t.Fatalf("pay again: %v", err)
+		}
+	}
+	if charges, _ := r.provider.Asked(id); charges != 1 {
+		t.Errorf("after a failed ask, the provider was asked %d times, want once", charges)
+	}
+}
+
+// Payment events are told apart by their exact ID: two IDs that differ
+// only in letter case are two events, for two orders or for one (a
+// case-folding column took the second for a retry of the first: for
+// another order, that order's payment was answered with the first order's
+// answer and never applied; for the same order, a double payment was not
+// given back).
+func TestEventIDsCompareExactly(t *testing.T) {
+	r := newLifecycleRig(t, 1, 3)
+	orders := r.buy(t, 2)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		event  string
+		order  int64
+		status string
+		refund bool
+	}{
+		{"evt_CaseTest_1", orders[0], StatusPaid, false},
+		{"evt_casetest_1", orders[1], StatusPaid, false},  // another order
+		{"EVT_CASETEST_1", orders[0], StatusPaid, true},   // the same order again: a double payment
+		{"evt_CaseTest_1", orders[0], StatusPaid, false},  // a retry: the first answer
+		{"evt_casetest_1 ", orders[1], StatusPaid, false}, // not an ID (ParseEvent refuses it); MySQL would pad it
+	} {
+		if strings.HasSuffix(tc.event, " ") {
+			var n int64
+			r.db.Raw("SELECT COUNT(*) FROM payment_events WHERE event_id = ?", tc.event).Scan(&n)
+			if n != 0 {
+				t.Errorf("%q finds %d events: trailing spaces are compared", tc.event, n)
+			}
+			continue
+		}
+		a, err := r.svcs[0].ApplyPayment(ctx, payment.Event{ID: tc.event, OrderID: tc.order, Amount: 500})
+		want := PaymentAnswer{OrderID: fmt.Sprint(tc.order), Status: tc.status, Refund: tc.refund}
+		if err != nil || a != want {
+			t.Errorf("event %s for order %d: %+v %v, want %+v", tc.event, tc.order, a, err, want)
+		}
+	}
+	if by := r.atRest(t); by[StatusPaid] != 2 {
+		t.Errorf("orders by status %v, want both paid", by)
 	}
 }
 

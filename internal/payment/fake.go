@@ -38,18 +38,41 @@ type Fake struct {
 	Twice bool          // every event sent twice
 
 	mu      sync.Mutex
-	refunds map[int64]int64 // order -> cents given back (Refund)
+	charges map[int64]*asks // by order
+	refunds map[int64]*asks // by order; amount: the cents given back
+}
+
+// asks is what a Fake was asked for one order, and did.
+type asks struct {
+	asked  int   // times asked
+	amount int64 // cents taken (Charge) or given back (Refund), once
 }
 
 // NewFake returns a Fake that signs its events with secret.
 // SetTarget names the router the webhook calls go to, and Close stops the
 // calls still waiting and waits for those under way (web.Loopback).
 func NewFake(secret []byte, log *slog.Logger) *Fake {
-	return &Fake{Loopback: web.NewLoopback(), secret: secret, log: log, now: time.Now, Delay: 200 * time.Millisecond, refunds: map[int64]int64{}}
+	return &Fake{Loopback: web.NewLoopback(), secret: secret, log: log, now: time.Now, Delay: 200 * time.Millisecond,
+		charges: map[int64]*asks{}, refunds: map[int64]*asks{}}
 }
 
-// Charge confirms the payment through the webhook, in the background.
+// Charge confirms the payment through the webhook, in the background,
+// once per order, as Provider asks of a real provider: asked again for the
+// same order, it charges nothing more and sends no new event (and counts
+// the ask, which Asked reports, so that a test sees how often the service
+// asked).
 func (f *Fake) Charge(_ context.Context, orderID, amount int64) error {
+	f.mu.Lock()
+	c := f.ask(f.charges, orderID)
+	first := c.asked == 1
+	if first {
+		c.amount = amount
+	}
+	f.mu.Unlock()
+	if !first {
+		f.log.Info("fake payment provider: asked again to charge an order; its key says it is charged already", "order", orderID)
+		return nil
+	}
 	id := make([]byte, 12)
 	rand.Read(id)
 	e := Event{ID: "fake_" + hex.EncodeToString(id), OrderID: orderID, Amount: amount}
@@ -61,6 +84,17 @@ func (f *Fake) Charge(_ context.Context, orderID, amount int64) error {
 		f.Go(func() { f.deliver(e, f.Delay+time.Duration(i)*50*time.Millisecond) })
 	}
 	return nil
+}
+
+// ask counts an ask for orderID in m, under f.mu.
+func (f *Fake) ask(m map[int64]*asks, orderID int64) *asks {
+	a := m[orderID]
+	if a == nil {
+		a = &asks{}
+		m[orderID] = a
+	}
+	a.asked++
+	return a
 }
 
 // deliver calls the webhook with e after wait, and again, with back-off,
@@ -107,7 +141,12 @@ func (f *Fake) Send(e Event) (int, []byte) {
 func (f *Fake) Refund(_ context.Context, orderID, amount int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.refunds[orderID] = amount
+	r := f.ask(f.refunds, orderID)
+	if r.asked > 1 {
+		f.log.Info("fake payment provider: asked again to refund an order; its key says it is refunded already", "order", orderID)
+		return nil
+	}
+	r.amount = amount
 	f.log.Info("fake payment provider: refunded", "order", orderID, "amount", strconv.FormatInt(amount, 10))
 	return nil
 }
@@ -116,5 +155,22 @@ func (f *Fake) Refund(_ context.Context, orderID, amount int64) error {
 func (f *Fake) Refunded(orderID int64) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.refunds[orderID]
+	if r := f.refunds[orderID]; r != nil {
+		return r.amount
+	}
+	return 0
+}
+
+// Asked is how often the Fake was asked to charge for an order, and to
+// refund it.
+func (f *Fake) Asked(orderID int64) (charges, refunds int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.charges[orderID]; c != nil {
+		charges = c.asked
+	}
+	if r := f.refunds[orderID]; r != nil {
+		refunds = r.asked
+	}
+	return charges, refunds
 }

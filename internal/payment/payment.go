@@ -136,14 +136,24 @@ func Verify(secret, body []byte, header string, now time.Time) error {
 
 // Provider is the payment provider, as the service talks to it. A real
 // one's client plugs in here; package order never knows which.
+//
+// Money moves once per order, and the order's ID is the key that makes
+// it so: a real provider's client sends it as the idempotency key of each
+// request (Stripe's Idempotency-Key, Alipay's out_trade_no, WeChat Pay's
+// out_trade_no and out_refund_no). The service asks once per order
+// (package order claims each ask in the order's row), but an ask whose
+// answer was lost, or whose asker died, is asked again, and only the key
+// keeps that from moving the money twice.
 type Provider interface {
 	// Charge asks the provider to take amount cents from the buyer for an
 	// order. The provider confirms later, through the webhook: the order
-	// is paid when that event is applied, not when Charge returns.
+	// is paid when that event is applied, not when Charge returns. Asked
+	// again for an order it has charged or is charging, it charges no
+	// more: it answers as for the first ask, and at most confirms the
+	// one payment again (the same event_id).
 	Charge(ctx context.Context, orderID, amount int64) error
 	// Refund asks the provider to give amount cents back for an order.
-	// It is keyed by the order (a real provider's idempotency key): asked
-	// twice, it gives back once, so that a refund whose answer was lost
-	// can be asked again.
+	// Asked twice for one order, it gives back once, so that a refund
+	// whose answer was lost can be asked again.
 	Refund(ctx context.Context, orderID, amount int64) error
 }
