@@ -18,6 +18,7 @@
 package payment
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -56,7 +57,16 @@ var ErrMalformed = errors.New("payment: malformed event")
 // ParseEvent reads an event from a webhook's body: one JSON object
 // {"event_id": "<1 to 64 of [A-Za-z0-9_-]>", "order_id": "<decimal>",
 // "amount": <cents>}.
+//
+// The body is read as strictly as it is signed: a key given twice, or
+// spelt in another case ("Amount"), makes it malformed. Go's decoder
+// would take the last of two keys and match names in any case, so a
+// body read one way here could be read another way by the provider's own
+// records, or by any other reader of the same signed bytes.
 func ParseEvent(body []byte) (Event, error) {
+	if err := onceEach(body, "event_id", "order_id", "amount"); err != nil {
+		return Event{}, err
+	}
 	var in struct {
 		EventID *string `json:"event_id"`
 		OrderID *string `json:"order_id"`
@@ -76,6 +86,39 @@ func ParseEvent(body []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: amount must not be negative", ErrMalformed)
 	}
 	return Event{ID: *in.EventID, OrderID: id, Amount: *in.Amount}, nil
+}
+
+// onceEach checks that body is a JSON object whose keys are each given
+// once, and that a key naming one of fields is spelt exactly as it.
+// Other keys are allowed: a provider adds fields over time.
+func onceEach(body []byte, fields ...string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return fmt.Errorf("%w: want one JSON object", ErrMalformed)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%w: want one JSON object", ErrMalformed)
+		}
+		key := t.(string) // an object's keys are strings, or Token fails
+		folded := strings.ToLower(key)
+		if seen[folded] {
+			return fmt.Errorf("%w: the key %q is given twice", ErrMalformed, key)
+		}
+		seen[folded] = true
+		for _, f := range fields {
+			if folded == f && key != f {
+				return fmt.Errorf("%w: the key %q must be spelt %q", ErrMalformed, key, f)
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("%w: want one JSON object", ErrMalformed)
+		}
+	}
+	return nil // the closing brace and what follows: json.Unmarshal checks
 }
 
 // Body is the webhook's body for e, as a provider sends it.
@@ -112,13 +155,23 @@ var ErrBadSignature = errors.New("payment: bad signature")
 // how many bytes they got right.
 func Verify(secret, body []byte, header string, now time.Time) error {
 	var ts, sig string
+	var seenT, seenV1 bool
 	for part := range strings.SplitSeq(header, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
 		switch k {
 		case "t":
-			ts = v
+			if seenT {
+				return fmt.Errorf("%w: %s names t twice", ErrBadSignature, Header)
+			}
+			ts, seenT = v, true
 		case "v1":
-			sig = v
+			// One key, one signature: a header with two would be read
+			// by whichever one a parser keeps (the first, the last),
+			// and two parsers of one header must not disagree.
+			if seenV1 {
+				return fmt.Errorf("%w: %s names v1 twice", ErrBadSignature, Header)
+			}
+			sig, seenV1 = v, true
 		}
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)

@@ -29,6 +29,10 @@ func TestVerify(t *testing.T) {
 		{"no v1", strings.Split(good, ",")[0], body, now, false},
 		{"upper-case hex", strings.ToUpper(good), body, now, false},
 		{"spaces around the parts", strings.ReplaceAll(good, ",", " , "), body, now, true},
+		{"v1 twice, the good one last", "v1=" + strings.Repeat("0", 64) + "," + good, body, now, false},
+		{"v1 twice, the good one first", good + ",v1=" + strings.Repeat("0", 64), body, now, false},
+		{"t twice", good + ",t=1", body, now, false},
+		{"t twice, the same", good + "," + strings.Split(good, ",")[0], body, now, false},
 	} {
 		err := Verify(secret, tc.body, tc.header, tc.at)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrBadSignature)) {
@@ -55,6 +59,13 @@ func TestParseEvent(t *testing.T) {
 		{`{"event_id":"e","order_id":"1"}`, false},
 		{`{"event_id":"e","order_id":"1","amount":1}{}`, false},
 		{`null`, false},
+		{`{"event_id":"e","order_id":"1","amount":1,"amount":1990}`, false},
+		{`{"event_id":"e","order_id":"1","amount":1990,"amount":1}`, false},
+		{`{"event_id":"e","order_id":"1","Amount":1}`, false},
+		{`{"event_id":"e","ORDER_ID":"1","amount":1}`, false},
+		{`{"event_id":"e","order_id":"1","amount":1,"extra":{"amount":2}}`, true},
+		{`{"event_id":"e","order_id":"1","amount":1,"note":"a","Note":"b"}`, false},
+		{`["event_id"]`, false},
 	} {
 		e, err := ParseEvent([]byte(tc.body))
 		if (err == nil) != tc.ok {
@@ -66,4 +77,30 @@ func TestParseEvent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Whatever the body, ParseEvent answers without panicking, and an event it
+// takes comes back from its own Body.
+func FuzzParseEvent(f *testing.F) {
+	for _, s := range []string{
+		`{"event_id":"evt_1","order_id":"7","amount":100}`,
+		`{"event_id":"e","order_id":"1","amount":1,"amount":2}`,
+		`{"event_id":"e","order_id":"1","Amount":1}`,
+		`{"a":{"b":[1,2,{"c":null}]},"event_id":"e","order_id":"1","amount":0}`,
+		`{`, `[]`, `"x"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e, err := ParseEvent(body)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%q: %v, want ErrMalformed", body, err)
+			}
+			return
+		}
+		if back, err := ParseEvent(e.Body()); err != nil || back != e {
+			t.Fatalf("%q: %+v does not come back from %s: %+v %v", body, e, e.Body(), back, err)
+		}
+	})
 }
