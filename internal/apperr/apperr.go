@@ -17,34 +17,36 @@ type Code string
 
 // The codes of the API reference, docs/api.md, in its order.
 const (
-	InvalidArgument Code = "invalid_argument"
-	Unauthorized    Code = "unauthorized"
-	Forbidden       Code = "forbidden"
-	NotFound        Code = "not_found"
-	NotStarted      Code = "not_started"
-	Ended           Code = "ended"
-	SoldOut         Code = "sold_out"
-	AlreadyOrdered  Code = "already_ordered"
-	InvalidState    Code = "invalid_state"
-	Busy            Code = "busy"
-	Unavailable     Code = "unavailable"
-	Internal        Code = "internal"
+	InvalidArgument      Code = "invalid_argument"
+	UnsupportedMediaType Code = "unsupported_media_type"
+	Unauthorized         Code = "unauthorized"
+	Forbidden            Code = "forbidden"
+	NotFound             Code = "not_found"
+	NotStarted           Code = "not_started"
+	Ended                Code = "ended"
+	SoldOut              Code = "sold_out"
+	AlreadyOrdered       Code = "already_ordered"
+	InvalidState         Code = "invalid_state"
+	Busy                 Code = "busy"
+	Unavailable          Code = "unavailable"
+	Internal             Code = "internal"
 )
 
 // status is the one table from code to HTTP status.
 var status = map[Code]int{
-	InvalidArgument: http.StatusBadRequest,
-	Unauthorized:    http.StatusUnauthorized,
-	Forbidden:       http.StatusForbidden,
-	NotFound:        http.StatusNotFound,
-	NotStarted:      http.StatusConflict,
-	Ended:           http.StatusConflict,
-	SoldOut:         http.StatusConflict,
-	AlreadyOrdered:  http.StatusConflict,
-	InvalidState:    http.StatusConflict,
-	Busy:            http.StatusTooManyRequests,
-	Unavailable:     http.StatusServiceUnavailable,
-	Internal:        http.StatusInternalServerError,
+	InvalidArgument:      http.StatusBadRequest,
+	UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	Unauthorized:         http.StatusUnauthorized,
+	Forbidden:            http.StatusForbidden,
+	NotFound:             http.StatusNotFound,
+	NotStarted:           http.StatusConflict,
+	Ended:                http.StatusConflict,
+	SoldOut:              http.StatusConflict,
+	AlreadyOrdered:       http.StatusConflict,
+	InvalidState:         http.StatusConflict,
+	Busy:                 http.StatusTooManyRequests,
+	Unavailable:          http.StatusServiceUnavailable,
+	Internal:             http.StatusInternalServerError,
 }
 
 // Status is the HTTP status for code; unknown codes are 500.

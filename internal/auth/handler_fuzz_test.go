@@ -75,7 +75,9 @@ func FuzzAuthBodies(f *testing.F) {
 			path = "/auth/login"
 		}
 		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		r.ServeHTTP(rec, req)
 
 		// Each endpoint's body has its own shape: a "code" is no field of
 		// POST /auth/code's, and ignored there like any unknown field.

@@ -80,7 +80,9 @@ func FuzzCreateInput(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/vouchers", bytes.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, "/vouchers", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		r.ServeHTTP(rec, req)
 
 		switch rec.Code {
 		case http.StatusCreated:

@@ -1,7 +1,7 @@
 // Package web holds the HTTP plumbing every feature's handlers share: the
-// error envelope of the contract, panic recovery, the body size limit, and
-// parsing of numeric path IDs. Handlers stay thin: bind, call the service,
-// then Error or JSON.
+// error envelope of the contract, panic recovery, the body size limit,
+// JSON bodies (under application/json only), and parsing of numeric path
+// IDs. Handlers stay thin: bind, call the service, then Error or JSON.
 //
 // Every error answer goes out through this package, which records its
 // code in the request's context: Answer reads it, so that whoever counts
@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -131,10 +133,15 @@ func Answer(c *gin.Context) string {
 // JSON writes v with the given status.
 func JSON(c *gin.Context, status int, v any) { c.JSON(status, v) }
 
-// BindJSON decodes the body, a single JSON value, into v, answering
-// invalid_argument (or 413 for a body over MaxBody) itself when it cannot.
-// It reports whether the handler should go on.
+// BindJSON decodes the body, a single JSON value sent as
+// application/json, into v, answering unsupported_media_type (415) or
+// invalid_argument (or 413 for a body over MaxBody) itself when it
+// cannot. It reports whether the handler should go on.
 func BindJSON(c *gin.Context, v any) bool {
+	if !isJSON(c.Request) {
+		abort(c, http.StatusUnsupportedMediaType, apperr.UnsupportedMediaType, mustBeJSON)
+		return false
+	}
 	body, ok := Body(c)
 	if !ok {
 		return false
@@ -147,8 +154,11 @@ func BindJSON(c *gin.Context, v any) bool {
 	return true
 }
 
-// Body reads the request's body, answering 413 (over MaxBody) or 400
-// itself when it cannot. It reports whether the handler should go on.
+// Body reads the request's body, answering 413 (over MaxBody), 415 (a
+// body under another Content-Type than application/json: every body of
+// the contract is JSON) or 400 itself when it cannot. An empty body needs
+// no Content-Type, for the routes whose body is optional. It reports
+// whether the handler should go on.
 func Body(c *gin.Context) ([]byte, bool) {
 	body, err := io.ReadAll(c.Request.Body)
 	var tooBig *http.MaxBytesError
@@ -160,7 +170,42 @@ func Body(c *gin.Context) ([]byte, bool) {
 		abort(c, http.StatusBadRequest, apperr.InvalidArgument, "request body could not be read")
 		return nil, false
 	}
+	if len(body) > 0 && !isJSON(c.Request) {
+		abort(c, http.StatusUnsupportedMediaType, apperr.UnsupportedMediaType, mustBeJSON)
+		return nil, false
+	}
 	return body, true
+}
+
+const mustBeJSON = "send the request body as Content-Type: application/json"
+
+// isJSON reports whether r says its body is JSON: Content-Type
+// application/json, once, in any case, with parameters or none, but no
+// charset other than UTF-8 (RFC 8259: JSON exchanged between systems is
+// UTF-8).
+//
+// Why it matters: a browser sends a page's cross-site POST without
+// asking the server first (no CORS preflight) only as a "simple request",
+// whose Content-Type is text/plain, a form or multipart. A server that
+// reads JSON under any type lets any web page make its visitors' browsers
+// post to it (to /auth/code and /auth/login: a crowd of unwitting code
+// requests and guesses); one that insists on application/json does not,
+// as the browser must ask first and this server answers no CORS.
+func isJSON(r *http.Request) bool {
+	types := r.Header["Content-Type"]
+	if len(types) != 1 { // none, or two: which one counts would depend on who reads it
+		return false
+	}
+	ct := types[0]
+	if ct == "application/json" {
+		return true
+	}
+	typ, params, err := mime.ParseMediaType(ct)
+	if err != nil || typ != "application/json" {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
 }
 
 // ID parses the path parameter name as a positive 64-bit ID written in

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +112,84 @@ func FuzzErrorEnvelope(f *testing.F) {
 			t.Fatalf("aborted %v, status %d", c.IsAborted(), rec.Code)
 		}
 	})
+}
+
+// A JSON body is read only under Content-Type application/json (any case,
+// with parameters, but no charset other than UTF-8): anything else is
+// 415 in the envelope, so that no page of another site can post JSON
+// here as a browser's "simple" cross-site request (text/plain, a form).
+// Body, for the routes whose body is optional, takes an empty body with
+// no Content-Type at all.
+func TestJSONContentType(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	r := gin.New()
+	r.POST("/bind", func(c *gin.Context) {
+		var in struct{ Phone string }
+		if BindJSON(c, &in) {
+			c.String(http.StatusOK, in.Phone)
+		}
+	})
+	r.POST("/body", func(c *gin.Context) {
+		if b, ok := Body(c); ok {
+			c.String(http.StatusOK, string(b))
+		}
+	})
+	const body = `{"phone":"13800000000"}`
+	tests := []struct {
+		name  string
+		types []string // the Content-Type headers sent
+		body  string
+		bind  int // the status of /bind
+		raw   int // the status of /body
+	}{
+		{"application/json", []string{"application/json"}, body, 200, 200},
+		{"with charset", []string{"application/json; charset=utf-8"}, body, 200, 200},
+		{"in capitals", []string{"Application/JSON; Charset=UTF-8"}, body, 200, 200},
+		{"without spaces", []string{"application/json;charset=utf-8"}, body, 200, 200},
+		{"another parameter", []string{"application/json; v=1"}, body, 200, 200},
+		{"none", nil, body, 415, 415},
+		{"empty", []string{""}, body, 415, 415},
+		{"text/plain", []string{"text/plain"}, body, 415, 415},
+		{"text/plain with charset", []string{"text/plain; charset=utf-8"}, body, 415, 415},
+		{"a form", []string{"application/x-www-form-urlencoded"}, body, 415, 415},
+		{"multipart", []string{"multipart/form-data; boundary=x"}, body, 415, 415},
+		{"another JSON type", []string{"application/merge-patch+json"}, body, 415, 415},
+		{"prefix only", []string{"application/jsonx"}, body, 415, 415},
+		{"two types in one", []string{"application/json, text/plain"}, body, 415, 415},
+		{"a malformed parameter", []string{"application/json; charset"}, body, 415, 415},
+		{"Latin-1", []string{"application/json; charset=iso-8859-1"}, body, 415, 415},
+		{"UTF-16", []string{"application/json; charset=utf-16"}, body, 415, 415},
+		{"twice", []string{"application/json", "text/plain"}, body, 415, 415},
+		{"twice the same", []string{"application/json", "application/json"}, body, 415, 415},
+		// No body: BindJSON wants one, as JSON; Body takes none as none.
+		{"no body, no type", nil, "", 415, 200},
+		{"no body as JSON", []string{"application/json"}, "", 400, 200},
+		{"no body as text", []string{"text/plain"}, "", 415, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, path := range []string{"/bind", "/body"} {
+				req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(tt.body))
+				for _, ct := range tt.types {
+					req.Header.Add("Content-Type", ct)
+				}
+				rec := httptest.NewRecorder()
+				r.ServeHTTP(rec, req)
+				want := tt.bind
+				if path == "/body" {
+					want = tt.raw
+				}
+				if rec.Code != want {
+					t.Errorf("%s: %d %s, want %d", path, rec.Code, rec.Body, want)
+				}
+				var e envelope
+				if want == http.StatusUnsupportedMediaType && (json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Code != apperr.UnsupportedMediaType || e.Error.Message == "") {
+					t.Errorf("%s: 415 with %s, not the envelope with code %s", path, rec.Body, apperr.UnsupportedMediaType)
+				}
+			}
+		})
+	}
+	if s := apperr.Status(apperr.UnsupportedMediaType); s != http.StatusUnsupportedMediaType {
+		t.Errorf("unsupported_media_type is %d, want 415", s)
+	}
 }
