@@ -34,7 +34,12 @@ type Figures struct {
 	Paid      int64 `json:"paid"`
 	Cancelled int64 `json:"cancelled"`
 	Refunded  int64 `json:"refunded"`
-	// Holds: MySQLLeft + Orders = Initial, read in one statement.
+	// Holds: MySQLLeft + Orders = Initial, read in one row. The orders
+	// are counted in the voucher's row by the very UPDATEs that move its
+	// stock (package order), so this holds unless something moved the
+	// stock without counting: an instance of a version before the
+	// counters, during an upgrade (migration 0005), or a bug. The tests
+	// hold the counters to the orders' rows.
 	Holds bool `json:"invariant_holds"`
 	// PerSecond counts the answers of the last whole second, of every
 	// instance, by outcome; Total since the sale's first answer.
@@ -76,19 +81,20 @@ func (s *Source) Read(ctx context.Context, voucherID int64) (Figures, error) {
 	now := s.now()
 	f := Figures{At: now.UTC(), Voucher: strconv.FormatInt(voucherID, 10), Title: v.Title, Open: v.Open(now) == nil, Ended: !now.Before(v.EndTime), Initial: v.InitialStock}
 
-	// One statement, so one snapshot: the stock and the orders as of the
-	// same moment, whatever commits meanwhile. 'created' is an unpaid
-	// order written by a version before the lifecycle.
-	row := s.db.WithContext(ctx).Raw(`SELECT v.stock,
-			COALESCE(SUM(o.status IN ('unpaid', 'paid', 'created')), 0),
-			COALESCE(SUM(o.status = 'paid'), 0),
-			COALESCE(SUM(o.status = 'cancelled'), 0),
-			COALESCE(SUM(o.status = 'refunded'), 0)
-		FROM vouchers v LEFT JOIN voucher_orders o ON o.voucher_id = v.id
-		WHERE v.id = ? GROUP BY v.id, v.stock`, voucherID).Row()
-	if err := row.Scan(&f.MySQLLeft, &f.Orders, &f.Paid, &f.Cancelled, &f.Refunded); err != nil {
+	// One row, so one snapshot: the stock and the orders as of the same
+	// moment, whatever commits meanwhile. The orders are not counted here
+	// but read as counted: each column counts the orders that ever entered
+	// a state, kept by the statements that move them (migration 0005). A
+	// read is one row however many orders the sale has; counting them here
+	// (a SUM over the voucher's voucher_orders) cost MariaDB 50 to 100 ms
+	// per read on a sale of 300,000 orders.
+	var sold, paid int64
+	row := s.db.WithContext(ctx).Raw("SELECT stock, sold, paid, cancelled, refunded FROM vouchers WHERE id = ?", voucherID).Row()
+	if err := row.Scan(&f.MySQLLeft, &sold, &paid, &f.Cancelled, &f.Refunded); err != nil {
 		return Figures{}, fmt.Errorf("read the sale in MySQL: %w", err)
 	}
+	f.Orders = sold - f.Cancelled - f.Refunded // unpaid or paid: holding a unit
+	f.Paid = paid - f.Refunded
 	f.Holds = f.MySQLLeft+f.Orders == f.Initial
 
 	if left, ok, err := s.stocks.Left(ctx, voucherID, v.Parts()); err != nil {

@@ -102,13 +102,13 @@ func writeNew(tx *gorm.DB, orders []Order) error {
 }
 
 // take takes units[v] units of each voucher v, with one guarded UPDATE
-// each.
+// each, which counts them sold too (see insert).
 func take(tx *gorm.DB, units map[int64]int64) error {
 	// Voucher rows are locked in ID order, so that two batches touching the
 	// same vouchers cannot each hold one the other waits for (a deadlock).
 	for _, voucherID := range slices.Sorted(maps.Keys(units)) {
 		n := units[voucherID]
-		res := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ? AND stock >= ?", n, voucherID, n)
+		res := tx.Exec("UPDATE vouchers SET stock = stock - ?, sold = sold + ? WHERE id = ? AND stock >= ?", n, n, voucherID, n)
 		if res.Error != nil {
 			return fmt.Errorf("deduct %d from voucher %d: %w", n, voucherID, res.Error)
 		}

@@ -94,7 +94,7 @@ func (s *Service) expireBatch(ctx context.Context) (int, error) {
 		if res.RowsAffected != int64(len(due)) {
 			return fmt.Errorf("cancel %d orders due: %d changed; retrying", len(due), res.RowsAffected)
 		}
-		return giveBack(tx, due, now)
+		return giveBack(tx, due, StatusCancelled, now)
 	})
 	if outcome != Written {
 		// Unknown: if it committed, the next round drains its returns.

@@ -334,7 +334,7 @@ func cancel(tx *gorm.DB, o *Order, reason string, now time.Time) (bool, error) {
 	if res.RowsAffected == 0 {
 		return false, nil
 	}
-	return true, giveBack(tx, []Order{*o}, now)
+	return true, giveBack(tx, []Order{*o}, StatusCancelled, now)
 }
 
 // refund moves o from paid to refunded, and gives its unit back.
@@ -347,31 +347,51 @@ func refund(tx *gorm.DB, o *Order, now time.Time) (bool, error) {
 	if res.RowsAffected == 0 {
 		return false, nil
 	}
-	return true, giveBack(tx, []Order{*o}, now)
+	return true, giveBack(tx, []Order{*o}, StatusRefunded, now)
 }
 
 // pay moves o from unpaid to paid, if its deadline has not passed (a row
-// an older version wrote has none until Expire gives it one).
+// an older version wrote has none until Expire gives it one), and counts
+// it in the voucher's paid (migration 0005: the live page's figures). The
+// count locks the voucher's row after the order's, as a cancel's giveBack
+// does and every transaction that locks both: a payment may wait a moment
+// behind a sale's writes, and cannot deadlock with them.
 func pay(tx *gorm.DB, o *Order, now time.Time) (bool, error) {
 	res := tx.Exec("UPDATE voucher_orders SET status = ?, paid_at = ? WHERE id = ? AND "+unpaid+" AND (pay_by > ? OR pay_by IS NULL)",
 		StatusPaid, now.UTC(), o.ID, now.UTC())
 	if res.Error != nil {
 		return false, fmt.Errorf("pay order %d: %w", o.ID, res.Error)
 	}
-	return res.RowsAffected == 1, nil
+	if res.RowsAffected == 0 {
+		return false, nil
+	}
+	if err := tx.Exec("UPDATE vouchers SET paid = paid + 1 WHERE id = ?", o.VoucherID).Error; err != nil {
+		return false, fmt.Errorf("count order %d paid: %w", o.ID, err)
+	}
+	return true, nil
 }
 
-// giveBack puts the units of orders back in MySQL's stock (one guarded
-// UPDATE per voucher, in ID order as every transaction that locks voucher
-// rows does, so that two cannot deadlock), and records each for Redis in
-// stock_returns.
-func giveBack(tx *gorm.DB, orders []Order, now time.Time) error {
+// giveBack puts the units of orders, just moved to status (cancelled or
+// refunded), back in MySQL's stock and counts them in the voucher's
+// counter of that status, in the same UPDATE (one per voucher, in ID
+// order as every transaction that locks voucher rows does, so that two
+// cannot deadlock), and records each unit for Redis in stock_returns.
+func giveBack(tx *gorm.DB, orders []Order, status string, now time.Time) error {
+	var count string // the counter of status, a column of vouchers
+	switch status {
+	case StatusCancelled:
+		count = "cancelled = cancelled + ?"
+	case StatusRefunded:
+		count = "refunded = refunded + ?"
+	default:
+		return fmt.Errorf("give back the units of orders %s: no unit comes back from that status", status)
+	}
 	units := map[int64]int64{}
 	for _, o := range orders {
 		units[o.VoucherID]++
 	}
 	for _, voucherID := range slices.Sorted(maps.Keys(units)) {
-		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", units[voucherID], voucherID).Error; err != nil {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock + ?, "+count+" WHERE id = ?", units[voucherID], units[voucherID], voucherID).Error; err != nil {
 			return fmt.Errorf("give %d units back to voucher %d: %w", units[voucherID], voucherID, err)
 		}
 	}

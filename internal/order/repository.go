@@ -25,6 +25,10 @@ import (
 // the stock and writing back stock-1 would let two transactions both sell
 // the last unit (a lost update). With the condition in the UPDATE, InnoDB
 // re-checks it under the row lock, and 0 rows affected means sold out.
+//
+// The same UPDATE counts the order in the voucher's sold (migration 0005):
+// the live page reads a sale's figures from that row instead of counting
+// its orders, and the count rides on the lock the stock takes anyway.
 func insert(tx *gorm.DB, o *Order) error {
 	err := tx.Exec("INSERT INTO voucher_orders (id, user_id, voucher_id, status, created_at, amount, pay_by, bucket) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
 		o.ID, o.UserID, o.VoucherID, o.Status, o.CreatedAt, o.Amount, o.PayBy, o.Bucket).Error
@@ -37,7 +41,7 @@ func insert(tx *gorm.DB, o *Order) error {
 	if err != nil {
 		return fmt.Errorf("insert order: %w", err)
 	}
-	res := tx.Exec("UPDATE vouchers SET stock = stock - 1 WHERE id = ? AND stock > 0", o.VoucherID)
+	res := tx.Exec("UPDATE vouchers SET stock = stock - 1, sold = sold + 1 WHERE id = ? AND stock > 0", o.VoucherID)
 	if res.Error != nil {
 		return fmt.Errorf("deduct stock of voucher %d: %w", o.VoucherID, res.Error)
 	}
