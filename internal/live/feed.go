@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"time"
 
+	"seckill/internal/admission"
 	"seckill/internal/apperr"
 )
 
@@ -34,17 +36,30 @@ var (
 	ErrTooManyYours = apperr.New(apperr.Busy, "too many live pages open from your address; close one, or try again after Retry-After seconds")
 )
 
-// feeds reads each voucher's figures once a second, whatever the number
-// of its streams, and hands every stream the same event. A stream per
-// reader would run one MySQL statement a second per open tab, on the pool
-// that writes the orders: a thousand tabs, a thousand statements a
-// second. A voucher's reader starts with its first stream and stops when
-// its last leaves.
+// feeds reads each voucher's figures at most once a second on this
+// instance, however many streams it has and however they come and go,
+// and hands every stream the same event. A stream per reader would run
+// one MySQL statement a second per open tab, on the pool that writes the
+// orders: a thousand tabs, a thousand statements a second.
+//
+// A voucher's reader starts with its first stream and reads at once,
+// then once in each slot: a second that starts 300 ms after the second
+// turns (when every instance has added the last second's answers). It
+// stops at a slot's start when no stream has been there since the last
+// slot's: a whole second without one. Had it stopped with its last
+// stream, a client opening streams one after another, never two at once,
+// would start a reader, and a read, with nearly each (issue 35: ten reads
+// a second instead of one). Lingering a slot, the reader serves those
+// streams the event it has, and a new reader starts only more than a
+// second after the last read.
 type feeds struct {
 	read      func(ctx context.Context, voucherID int64) (Figures, error)
 	log       *slog.Logger
-	max       int // streams at once; MaxStreams but in tests
-	perClient int // streams of one client at once; MaxStreamsPerClient but in tests
+	quit      <-chan struct{} // closed at shutdown: the readers stop
+	max       int             // streams at once; MaxStreams but in tests
+	perClient int             // streams of one client at once; MaxStreamsPerClient but in tests
+	opens     *admission.Buckets
+	seed      maphash.Seed // of the clients' keys in opens
 
 	mu       sync.Mutex
 	open     int            // streams
@@ -63,7 +78,6 @@ type feeds struct {
 type feed struct {
 	streams map[chan []byte]struct{} // under feeds.mu
 	last    []byte                   // the last event, for a stream that joins; under feeds.mu
-	stop    context.CancelFunc
 }
 
 // endedSale is an ended sale's last event and when it was read.
@@ -77,9 +91,37 @@ type endedSale struct {
 // little, which a page opened later shows.
 const endedFor = 10 * time.Second
 
-func newFeeds(read func(context.Context, int64) (Figures, error), log *slog.Logger) *feeds {
-	return &feeds{read: read, log: log, max: MaxStreams, perClient: MaxStreamsPerClient,
+// ClientOpenRate and ClientOpenBurst bound how fast one client address
+// opens streams: a token bucket of ClientOpenBurst opens (the tabs of a
+// viewer, or of the viewers behind one NAT, opened at once), filled at
+// ClientOpenRate a second (a page's EventSource reconnects a second after
+// a cut, or every streamFor). The caps bound the streams open at once,
+// not how often they open; every open costs a connection, a goroutine and
+// a voucher lookup, and opens on many vouchers a reader each. Per
+// instance, in memory, as package admission's limits are.
+const (
+	ClientOpenRate  = 1.0
+	ClientOpenBurst = MaxStreamsPerClient
+)
+
+// ErrOpensTooFast refuses a stream opened past ClientOpenRate.
+var ErrOpensTooFast = apperr.New(apperr.Busy, "live pages opened too fast from your address; try again after Retry-After seconds")
+
+func newFeeds(read func(context.Context, int64) (Figures, error), quit <-chan struct{}, log *slog.Logger) *feeds {
+	return &feeds{read: read, log: log, quit: quit, max: MaxStreams, perClient: MaxStreamsPerClient,
+		opens: admission.NewBuckets(ClientOpenRate, ClientOpenBurst, time.Now), seed: maphash.MakeSeed(),
 		byClient: map[string]int{}, byID: map[int64]*feed{}, ended: map[int64]endedSale{}}
+}
+
+// opening takes one of client's opens, before anything else of a stream
+// is done: ErrOpensTooFast past ClientOpenRate. admission.Buckets keys
+// by number: the client's key is hashed to one (two clients sharing a
+// bucket by a collision of 64 bits is not a worry).
+func (fs *feeds) opening(client string) error {
+	if ok, wait := fs.opens.Take(int64(maphash.String(fs.seed, client))); !ok {
+		return apperr.RetryAfter(ErrOpensTooFast, wait)
+	}
+	return nil
 }
 
 // join opens a stream of voucherID's events: the last one at once if its
@@ -110,10 +152,9 @@ func (fs *feeds) join(voucherID int64, client string) (events <-chan []byte, lea
 	}
 	f := fs.byID[voucherID]
 	if f == nil {
-		ctx, stop := context.WithCancel(context.Background())
-		f = &feed{streams: map[chan []byte]struct{}{}, stop: stop}
+		f = &feed{streams: map[chan []byte]struct{}{}}
 		fs.byID[voucherID] = f
-		fs.wg.Go(func() { fs.run(ctx, voucherID, f) })
+		fs.wg.Go(func() { fs.run(voucherID, f) })
 	}
 	ch := make(chan []byte, 1)
 	if f.last != nil {
@@ -124,51 +165,64 @@ func (fs *feeds) join(voucherID int64, client string) (events <-chan []byte, lea
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
 		left()
-		delete(f.streams, ch)
-		if len(f.streams) == 0 {
-			f.stop()
-			delete(fs.byID, voucherID)
-		}
+		delete(f.streams, ch) // the reader stops by itself once none is left
 	}
 	return ch, leave, nil
 }
 
-// run reads voucherID's figures now, then just after each second begins
-// (when every instance has added the last second's answers), and hands
-// them to f's streams, until ctx ends.
+// run is voucherID's reader: it reads the figures now, then at the start
+// of each slot while f has streams, and hands them to f's streams. It
+// stops at a slot's start that finds no stream, for the second slot in a
+// row (see feeds), or at shutdown.
 //
 // Once the sale has ended, its figures change no more (but for the
 // returns of cancelled orders, which a new page load shows): the reader
 // hands out a last event that tells the streams to end, and stops. A page
 // left open on a finished sale costs no reads.
-func (fs *feeds) run(ctx context.Context, voucherID int64, f *feed) {
+func (fs *feeds) run(voucherID int64, f *feed) {
+	idle := false // no stream at the last slot's start
 	for {
-		event, ended := fs.event(ctx, voucherID)
-		if ctx.Err() != nil {
-			return
-		}
 		fs.mu.Lock()
-		f.last = event
-		for ch := range f.streams {
-			offer(ch, event)
-		}
-		if ended {
-			now := time.Now()
-			for id, e := range fs.ended { // the map holds recent ones only
-				if now.Sub(e.at) >= endedFor {
-					delete(fs.ended, id)
-				}
-			}
-			fs.ended[voucherID] = endedSale{event: event, at: now}
+		if len(f.streams) > 0 {
+			idle = false
+		} else if idle {
+			delete(fs.byID, voucherID) // the next stream starts a reader, more than a second after this read
+			fs.mu.Unlock()
+			return
+		} else {
+			idle = true
 		}
 		fs.mu.Unlock()
-		if ended {
-			return
+		if !idle {
+			// Not cut by shutdown: the read has its own deadline.
+			event, ended := fs.event(context.Background(), voucherID)
+			fs.mu.Lock()
+			f.last = event
+			for ch := range f.streams {
+				offer(ch, event)
+			}
+			if ended {
+				now := time.Now()
+				for id, e := range fs.ended { // the map holds recent ones only
+					if now.Sub(e.at) >= endedFor {
+						delete(fs.ended, id)
+					}
+				}
+				fs.ended[voucherID] = endedSale{event: event, at: now}
+				delete(fs.byID, voucherID) // new streams get fs.ended's event
+			}
+			fs.mu.Unlock()
+			if ended {
+				return
+			}
 		}
 		now := time.Now()
 		wait := now.Truncate(time.Second).Add(time.Second + 300*time.Millisecond).Sub(now)
 		select {
-		case <-ctx.Done():
+		case <-fs.quit:
+			fs.mu.Lock()
+			delete(fs.byID, voucherID)
+			fs.mu.Unlock()
 			return
 		case <-time.After(wait):
 		}

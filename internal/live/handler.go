@@ -48,7 +48,7 @@ type Handler struct {
 // would otherwise keep the shutdown waiting for as long as a page is
 // open.
 func NewHandler(src *Source, crowd *Crowd, done <-chan struct{}, log *slog.Logger) *Handler {
-	return &Handler{src: src, feeds: newFeeds(src.Read, log), crowd: crowd, done: done, log: log}
+	return &Handler{src: src, feeds: newFeeds(src.Read, done, log), crowd: crowd, done: done, log: log}
 }
 
 // PassStreams runs limit, the instance's cap on requests in flight, for
@@ -88,6 +88,13 @@ const streamFor = 10 * time.Minute
 // Events answers GET /live/{voucherId}/events: the page's figures, every
 // second, as server-sent events.
 func (h *Handler) Events(c *gin.Context) {
+	// First, before the voucher is looked up: an open refused for its
+	// rate costs nothing, whatever the ID.
+	client := web.AddrKey(c.ClientIP())
+	if err := h.feeds.opening(client); err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
 	id, ok := web.ID(c, "voucherId")
 	if !ok {
 		return
@@ -97,7 +104,7 @@ func (h *Handler) Events(c *gin.Context) {
 		web.Error(c, h.log, err)
 		return
 	}
-	events, leave, err := h.feeds.join(id, web.AddrKey(c.ClientIP()))
+	events, leave, err := h.feeds.join(id, client)
 	if err != nil {
 		web.Error(c, h.log, err)
 		return
