@@ -86,23 +86,34 @@ type storeState struct {
 	RedisErr    error // why the stock could not be read, other than its absence
 	Holds       int64
 	Buckets     int // vouchers.buckets
+	// Counted is what the voucher's row counts of its orders (migration
+	// 0005, what the live page shows); Rows, the same counted from the
+	// orders' rows, in the same snapshot.
+	Counted, Rows counts
 }
+
+// counts are a voucher's orders that ever were sold, paid, cancelled and
+// refunded.
+type counts struct{ Sold, Paid, Cancelled, Refunded int64 }
 
 func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID string) storeState {
 	t.Helper()
 	ctx := context.Background()
 	vid, _ := strconv.ParseInt(voucherID, 10, 64)
 	var s storeState
-	var rows []struct{ ID, UserID int64 }
+	var rows []struct {
+		ID, UserID int64
+		Status     string
+	}
 	// One snapshot for both reads: read apart, a batch committing between
 	// them shows its orders but not its stock, and the sum is off by the
 	// batch. InnoDB's REPEATABLE READ fixes the snapshot at the first read.
 	err := db.Transaction(func(tx *gorm.DB) error {
-		row := tx.Raw("SELECT stock, buckets FROM vouchers WHERE id = ?", vid).Row()
-		if err := row.Scan(&s.Stock, &s.Buckets); err != nil {
+		row := tx.Raw("SELECT stock, buckets, sold, paid, cancelled, refunded FROM vouchers WHERE id = ?", vid).Row()
+		if err := row.Scan(&s.Stock, &s.Buckets, &s.Counted.Sold, &s.Counted.Paid, &s.Counted.Cancelled, &s.Counted.Refunded); err != nil {
 			return err
 		}
-		return tx.Raw("SELECT id, user_id FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows).Error
+		return tx.Raw("SELECT id, user_id, status FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows).Error
 	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +122,16 @@ func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID s
 	for _, r := range rows {
 		s.Orders[strconv.FormatInt(r.ID, 10)] = r.UserID
 		s.Users[r.UserID]++
+		s.Rows.Sold++
+		switch r.Status {
+		case "paid":
+			s.Rows.Paid++
+		case "cancelled":
+			s.Rows.Cancelled++
+		case "refunded":
+			s.Rows.Paid++
+			s.Rows.Refunded++
+		}
 	}
 	// A bucketed voucher: the sum over its buckets, and every bucket's
 	// holds and claims.
@@ -130,9 +151,11 @@ func readState(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID s
 
 // checkInvariants asserts what must hold at rest for a voucher sold with
 // initial units: no oversell, one order per user, stock + orders =
-// initial, and every 200 in won backed by its row.
+// initial, every 200 in won backed by its row, and the voucher's counts
+// equal to its rows'.
 func checkInvariants(t *testing.T, s storeState, initial int64, won map[string]string) {
 	t.Helper()
+	checkCounts(t, s)
 	if s.Stock < 0 {
 		t.Errorf("oversold: vouchers.stock = %d", s.Stock)
 	}
@@ -156,6 +179,16 @@ func checkInvariants(t *testing.T, s storeState, initial int64, won map[string]s
 	}
 	if len(won) > len(s.Orders) {
 		t.Errorf("%d answers of 200 but %d rows", len(won), len(s.Orders))
+	}
+}
+
+// checkCounts asserts that the voucher's row counts its orders as their
+// rows do: every statement that writes or moves an order counts it there
+// (package order), and the live page shows those counts.
+func checkCounts(t *testing.T, s storeState) {
+	t.Helper()
+	if s.Counted != s.Rows {
+		t.Errorf("the voucher counts its orders %+v, their rows %+v", s.Counted, s.Rows)
 	}
 }
 

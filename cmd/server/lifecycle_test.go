@@ -264,9 +264,9 @@ func inStatus(rows map[int64]lifecycleRow, status string) int {
 
 // checkLifecycle waits until the voucher is at rest (no unit on its way
 // back to Redis, no hold open, Redis equal to MySQL), then checks the
-// contract's invariant: initial = stock + orders unpaid or paid. It
-// returns the state at rest, and the units that came back (cancelled and
-// refunded orders).
+// contract's invariant: initial = stock + orders unpaid or paid, and the
+// voucher's counts equal to its rows'. It returns the state at rest, and
+// the units that came back (cancelled and refunded orders).
 func checkLifecycle(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, voucherID string, initial int) (storeState, int) {
 	t.Helper()
 	waitFor(t, 15*time.Second, "every returned unit back in Redis", func() bool {
@@ -275,6 +275,7 @@ func checkLifecycle(t *testing.T, db *gorm.DB, rdb redis.UniversalClient, vouche
 		return n == 0
 	})
 	s := waitRest(t, db, rdb, voucherID, 10*time.Second)
+	checkCounts(t, s)
 	var live, back int64
 	db.Raw("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ? AND status IN ('unpaid', 'paid')", voucherID).Scan(&live)
 	db.Raw("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ? AND status IN ('cancelled', 'refunded')", voucherID).Scan(&back)
