@@ -55,7 +55,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		locks = lock.NewLocal()
 	}
 	stocks := stock.NewStore(st.rdb, cfg.StockHold)
-	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, now), queue: queue.New(st.rdb, stocks), slots: admission.NewCap(cfg.MaxInFlight)}
+	a := &app{tokens: auth.NewTokens(cfg.JWTSecret, cfg.TokenTTL, st.rdb, now), queue: queue.New(st.rdb, stocks), slots: admission.NewCap(cfg.MaxInFlight)}
 	trusted, err := admission.ParsePrefixes(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)

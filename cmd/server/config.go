@@ -354,6 +354,11 @@ func asyncVars(c *config, v *vars) {
 // What differs between the demo and the real stack is read by stackVars.
 func loginVars(c *config, v *vars) {
 	c.TokenTTL = v.dur("TOKEN_TTL", 2*time.Hour)
+	// A stolen token is worth something until it expires, and a logout
+	// everywhere is kept in Redis for as long as a token can live.
+	if c.TokenTTL > auth.MaxTTL {
+		v.errorf("TOKEN_TTL must be at most %gh (it is %s): a stolen token works until it expires, and a logout everywhere is remembered only that long", auth.MaxTTL.Hours(), c.TokenTTL)
+	}
 	// Login codes. The limits that only cost SMS and Redis can be turned
 	// off with 0 (tests and load tests log thousands of users in from one
 	// address); the guess limits cannot: without them a 6-digit code is

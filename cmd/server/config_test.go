@@ -77,6 +77,14 @@ func TestLoadConfig(t *testing.T) {
 		{"cap off", with(real, "MAX_IN_FLIGHT", "0"), ""},
 		{"negative cap", with(real, "MAX_IN_FLIGHT", "-1"), "MAX_IN_FLIGHT"},
 
+		// A token's life is bounded: a stolen one works until it
+		// expires, and a logout everywhere is remembered only that long.
+		{"token TTL of a day", with(real, "TOKEN_TTL", "24h"), ""},
+		{"token TTL over a day", with(real, "TOKEN_TTL", "24h0m1s"), "TOKEN_TTL must be at most 24h (it is 24h0m1s)"},
+		{"token TTL of a year", with(real, "TOKEN_TTL", "8760h"), "TOKEN_TTL must be at most 24h (it is 8760h0m0s)"},
+		{"token TTL of a year in the demo", map[string]string{"TOKEN_TTL": "8760h"}, "TOKEN_TTL must be at most 24h"},
+		{"no token TTL", with(real, "TOKEN_TTL", "0"), "TOKEN_TTL must be a positive duration"},
+
 		// Login code limits: 0 turns the sending limits off, and any
 		// size is fine; the guess limits cannot be turned off.
 		{"code limits off", with(real, "AUTH_CODE_INTERVAL", "0", "AUTH_CODES_PER_DAY", "0", "AUTH_CODES_PER_ADDR_PER_MIN", "0"), ""},

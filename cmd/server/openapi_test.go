@@ -208,6 +208,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.expect(401, "unauthorized", "POST", "/auth/login", "", map[string]string{"phone": "13900000001", "code": "000000"}, nil, valid)
 	c.expect(400, "invalid_argument", "POST", "/auth/code", "", map[string]string{"phone": "12345"}, nil, invalid)
 	c.expect(413, "invalid_argument", "POST", "/auth/code", "", `{"phone": "`+strings.Repeat("1", 1<<20)+`"}`, nil, invalid)
+	c.expect(415, "unsupported_media_type", "POST", "/auth/code", "", map[string]string{"phone": "13900000001"}, map[string]string{"Content-Type": "text/plain"}, invalid)
 
 	// Vouchers.
 	newVoucher := map[string]any{
@@ -279,6 +280,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	crowd.expect(429, "busy", "POST", "/live/"+voucherID+"/crowd", admin, nil, nil, valid)
 	crowd.expect(400, "invalid_argument", "POST", "/live/"+voucherID+"/crowd", admin, map[string]int{"users": 0}, nil, invalid)
 	c.expect(403, "forbidden", "POST", "/live/"+voucherID+"/crowd", admin, nil, nil, valid)
+
+	// Logging out everywhere, last: bob's token is void from here on.
+	c.expect(200, "", "POST", "/auth/logout", bob, nil, nil, valid)
+	c.expect(401, "unauthorized", "POST", "/auth/logout", "", nil, nil, invalid)
 
 	// The document itself.
 	h, _ = c.expect(200, "", "GET", "/openapi.yaml", "", nil, nil, valid)

@@ -66,3 +66,15 @@ func (h *Handler) Login(c *gin.Context) {
 		"user":  gin.H{"id": strconv.FormatInt(u.ID, 10), "phone": u.Phone},
 	})
 }
+
+// Logout answers POST /auth/logout: "log out everywhere". Every token of
+// the caller's issued until now, this one included, stops working on
+// every instance within Recheck; a login afterwards gets a token that
+// works.
+func (h *Handler) Logout(c *gin.Context) {
+	if err := h.svc.Logout(c.Request.Context(), From(c).UserID); err != nil {
+		web.Error(c, h.log, err)
+		return
+	}
+	web.JSON(c, http.StatusOK, gin.H{"logged_out": true})
+}

@@ -48,7 +48,7 @@ func newLimited(t *testing.T, limits Limits) (*Service, *recorder) {
 	t.Helper()
 	db := testenv.Open(t, testenv.MySQLDSN(t))
 	rdb := testenv.Redis(t, 0)
-	tokens := NewTokens([]byte("limits-test-key-0123456789abcdef"), time.Hour, time.Now)
+	tokens := NewTokens([]byte("limits-test-key-0123456789abcdef"), time.Hour, rdb, time.Now)
 	rec := &recorder{}
 	return NewService(db, rdb, tokens, nil, rec, limits), rec
 }
@@ -800,7 +800,7 @@ func TestSenders(t *testing.T) {
 func TestLimitsOnCluster(t *testing.T) {
 	rdb := testenv.StartCluster(t).Client(t)
 	db := testenv.Open(t, testenv.MySQLDSN(t))
-	tokens := NewTokens([]byte("limits-test-key-0123456789abcdef"), time.Hour, time.Now)
+	tokens := NewTokens([]byte("limits-test-key-0123456789abcdef"), time.Hour, rdb, time.Now)
 	l := guessLimits()
 	l.FreeGuesses = 1
 	l.FreeGuessesPerAddr = 1

@@ -33,14 +33,17 @@ var (
 	errBadCode  = apperr.Invalid("code must be 6 digits")
 )
 
-// Service logs users in.
+// Service logs users in and out, and knows who is an admin now.
 type Service struct {
 	db     *gorm.DB
 	rdb    redis.UniversalClient
 	tokens *Tokens
-	admins map[string]bool
-	sender Sender
-	limits Limits
+	admins map[string]bool // ADMIN_PHONES
+	// adminSeen remembers whose phone is in admins, for the admin
+	// routes (roles.go).
+	adminSeen adminCache
+	sender    Sender
+	limits    Limits
 	// afterCheck, in tests, runs once the phone's script has compared a
 	// code: a client hanging up at that moment.
 	afterCheck func()
@@ -110,8 +113,15 @@ func (s *Service) Login(ctx context.Context, phone, code, addr string) (string, 
 	if s.admins[phone] {
 		role = RoleAdmin
 	}
-	token, err := s.tokens.Issue(Identity{UserID: u.ID, Role: role})
+	token, err := s.tokens.Issue(ctx, Identity{UserID: u.ID, Role: role})
 	return token, u, err
+}
+
+// Logout ends every session of user: their tokens issued until now are
+// void on every instance within Recheck (sessions.go). Logging in again
+// works at once.
+func (s *Service) Logout(ctx context.Context, user int64) error {
+	return s.tokens.EndSessions(ctx, user)
 }
 
 // TokenFor signs in phone's user (creating it) without a login code, as a
@@ -126,7 +136,7 @@ func (s *Service) TokenFor(ctx context.Context, phone string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return s.tokens.Issue(Identity{UserID: u.ID, Role: RoleUser})
+	return s.tokens.Issue(ctx, Identity{UserID: u.ID, Role: RoleUser})
 }
 
 // user finds phone's user or creates it. Two first logins racing both try

@@ -9,12 +9,22 @@
 // phone and per client address, and make a client address that guesses
 // wrong wait, so that neither the SMS bill nor a guesser's chances grow
 // without end, and no stranger can lock the phone's owner out.
-// Verifying a token needs no database or Redis: the HMAC proves that this
-// server signed it, and exp bounds how long a stolen token is worth anything.
+// Verifying a token needs no database: the HMAC proves that this server
+// signed it, and exp bounds how long a stolen token is worth anything
+// (TOKEN_TTL, at most MaxTTL). Two things end a token sooner, each off
+// the buy path's cost: a user who logs out everywhere voids every token
+// of theirs issued until then (sessions.go: one timestamp in Redis, which
+// each instance reads when it first sees a token and again at most every
+// Recheck), and an admin token is admin only while its user's phone is
+// in ADMIN_PHONES (roles.go: read again on the admin routes).
 package auth
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,6 +33,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/apperr"
 )
@@ -55,10 +66,54 @@ type claims struct {
 	jwt.RegisteredClaims
 }
 
+// errClaimType is why a payload of the wrong shape is refused (the client
+// only ever sees ErrBadToken).
+var errClaimType = errors.New("a claim of the wrong JSON type or spelling")
+
+// UnmarshalJSON decodes a token's payload, first refusing what
+// encoding/json and jwt.NumericDate would take in a shape no token of
+// ours has: a date written as a JSON string ("exp": "1764000000" is a
+// date to NumericDate, which decodes a json.Number, and a json.Number
+// takes a string that holds a number), a date that is null, a sub that
+// is not a string of decimal digits, and a claim's name in another case
+// ("EXP", "Sub": encoding/json matches field names whatever their case).
+// Only a holder of the key can sign such a payload, so none of it is a
+// forgery; but a check that takes one spelling only is the one that can
+// be read and trusted.
+func (c *claims) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	for k, v := range raw {
+		for _, name := range [...]string{"exp", "iat", "nbf", "sub", "role"} {
+			if k != name && strings.EqualFold(k, name) {
+				return errClaimType
+			}
+		}
+		switch k {
+		case "exp", "iat", "nbf":
+			if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+				return errClaimType
+			}
+		case "sub":
+			// The user ID as FormatInt writes it: digits only, no sign,
+			// no leading zero, no escapes.
+			if len(v) < 3 || v[0] != '"' || v[1] < '1' || v[1] > '9' || v[len(v)-1] != '"' ||
+				bytes.ContainsFunc(v[2:len(v)-1], func(r rune) bool { return r < '0' || r > '9' }) {
+				return errClaimType
+			}
+		}
+	}
+	type plain claims // the same fields without this method: no recursion
+	return json.Unmarshal(b, (*plain)(c))
+}
+
 // Tokens issues and verifies tokens. It is safe for concurrent use.
 type Tokens struct {
 	key    []byte
 	ttl    time.Duration
+	rdb    redis.UniversalClient // the users' sessions (sessions.go); nil: none end early
 	now    func() time.Time
 	parser *jwt.Parser
 	seen   tokenCache
@@ -70,7 +125,8 @@ type Tokens struct {
 //
 // The key is the SHA-256 of the whole token string, signature included, so
 // a hit is the very token that was verified (finding another string with
-// the same SHA-256 is beyond anyone); only its expiry is checked again.
+// the same SHA-256 is beyond anyone); only its expiry is checked again,
+// and, at most every Recheck, whether its user ended their sessions since.
 // Keys are 32-byte arrays and entries numbers, so the maps hold no
 // pointer and the garbage collector never scans a sale's hundreds of
 // thousands of them (as it had to, in a sync.Map of token strings: about
@@ -85,9 +141,11 @@ type tokenShard struct {
 }
 
 type verifiedToken struct {
-	user  int64
-	admin bool
-	exp   int64 // Unix nanoseconds
+	user    int64
+	admin   bool
+	exp     int64 // Unix nanoseconds; 0: a token void for good (its user logged out everywhere since)
+	iat     int64 // Unix seconds
+	checked int64 // Unix nanoseconds: when Redis last said the token's user had not voided it
 }
 
 // maxSeenTokens bounds the cache: a shard past its share starts again
@@ -116,11 +174,15 @@ func (c *tokenCache) store(sig [sha256.Size]byte, v verifiedToken) {
 	sh.m[sig] = v
 }
 
-// NewTokens returns Tokens signing with key; tokens live for ttl.
-func NewTokens(key []byte, ttl time.Duration, now func() time.Time) *Tokens {
+// NewTokens returns Tokens signing with key; tokens live for ttl (at most
+// MaxTTL: cmd/server refuses a longer TOKEN_TTL). rdb holds the users'
+// sessions (sessions.go); nil, for tests and benchmarks that have no
+// Redis, makes tokens that no logout ends: never in a server.
+func NewTokens(key []byte, ttl time.Duration, rdb redis.UniversalClient, now func() time.Time) *Tokens {
 	return &Tokens{
 		key: key,
 		ttl: ttl,
+		rdb: rdb,
 		now: now,
 		// Pinning the method is what stops the classic attacks: a token
 		// with alg "none", or one "signed" with RS256 using our HMAC key
@@ -137,14 +199,27 @@ func NewTokens(key []byte, ttl time.Duration, now func() time.Time) *Tokens {
 	}
 }
 
-// Issue signs a token for id.
-func (t *Tokens) Issue(id Identity) (string, error) {
+// Issue signs a token for id. Its iat is now, or, right after the user
+// logged out everywhere, the second from which their tokens count again
+// (sessions.go): a login in the very second of a logout would otherwise
+// get a token that the logout voids.
+func (t *Tokens) Issue(ctx context.Context, id Identity) (string, error) {
 	now := t.now()
+	iat := now.Truncate(time.Second) // a JWT's dates are whole seconds
+	if t.rdb != nil {
+		void, err := t.voidBefore(ctx, id.UserID)
+		if err != nil {
+			return "", err
+		}
+		if void > iat.Unix() {
+			iat = time.Unix(void, 0)
+		}
+	}
 	c := claims{
 		Role: id.Role,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   strconv.FormatInt(id.UserID, 10),
-			IssuedAt:  jwt.NewNumericDate(now),
+			IssuedAt:  jwt.NewNumericDate(iat),
 			ExpiresAt: jwt.NewNumericDate(now.Add(t.ttl)),
 		},
 	}
@@ -155,30 +230,73 @@ func (t *Tokens) Issue(id Identity) (string, error) {
 	return s, nil
 }
 
-// Verify checks a token's signature, algorithm and expiry and returns who
-// it names.
-func (t *Tokens) Verify(token string) (Identity, error) {
+// Verify checks a token's signature, algorithm, claims and expiry, and
+// that its user has not logged out everywhere since it was issued, and
+// returns who it names. A token already verified is answered from memory,
+// and Redis is asked again about its user at most every Recheck; an error
+// of Redis is answered as unavailable, never as a good token.
+func (t *Tokens) Verify(ctx context.Context, token string) (Identity, error) {
 	sum := digest(token)
+	now := t.now().UnixNano()
 	if v, ok := t.seen.load(sum); ok {
-		if t.now().UnixNano() >= v.exp {
+		if now >= v.exp {
 			return Identity{}, ErrBadToken
 		}
-		return v.identity(), nil
+		if t.rdb == nil || now-v.checked < int64(Recheck) {
+			return v.identity(), nil
+		}
+		return t.recheck(ctx, sum, v, now)
 	}
 	var c claims
 	_, err := t.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.key, nil })
 	if err != nil {
 		return Identity{}, ErrBadToken
 	}
+	// Digits only (UnmarshalJSON), and within 63 bits.
 	id, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil || id <= 0 || (c.Role != RoleUser && c.Role != RoleAdmin) {
 		return Identity{}, ErrBadToken
 	}
-	who := Identity{UserID: id, Role: c.Role}
-	if c.NotBefore == nil { // a token not valid yet must be parsed again later
-		t.seen.store(sum, verifiedToken{user: id, admin: c.Role == RoleAdmin, exp: c.ExpiresAt.Time.UnixNano()})
+	v := verifiedToken{user: id, admin: c.Role == RoleAdmin, exp: c.ExpiresAt.Time.UnixNano()}
+	if c.IssuedAt != nil { // every token Issue signs has one; one without is void after any logout
+		v.iat = c.IssuedAt.Time.Unix()
 	}
-	return who, nil
+	if t.rdb != nil {
+		void, err := t.voidBefore(ctx, id)
+		if err != nil {
+			return Identity{}, err
+		}
+		if v.iat < void {
+			v.exp = 0
+		}
+		v.checked = now
+	}
+	if c.NotBefore == nil { // a token not valid yet must be parsed again later
+		t.seen.store(sum, v)
+	}
+	if v.exp == 0 {
+		return Identity{}, ErrBadToken
+	}
+	return v.identity(), nil
+}
+
+// recheck asks Redis again whether v's user voided it (sessions.go), and
+// remembers the answer: a token voided once is void for good, since the
+// second from which a user's tokens count only moves on.
+func (t *Tokens) recheck(ctx context.Context, sum [sha256.Size]byte, v verifiedToken, now int64) (Identity, error) {
+	void, err := t.voidBefore(ctx, v.user)
+	if err != nil {
+		return Identity{}, err
+	}
+	if v.iat < void {
+		v.exp = 0
+	}
+	v.checked = now
+	t.seen.store(sum, v)
+	if v.exp == 0 {
+		return Identity{}, ErrBadToken
+	}
+	return v.identity(), nil
 }
 
 // digest is the SHA-256 of token, hashed from a copy on the stack: a
@@ -210,7 +328,7 @@ func (t *Tokens) Authenticate(fail func(*gin.Context, error)) gin.HandlerFunc {
 			fail(c, ErrBadToken)
 			return
 		}
-		id, err := t.Verify(h[len(prefix):])
+		id, err := t.Verify(c.Request.Context(), h[len(prefix):])
 		if err != nil {
 			fail(c, err)
 			return
@@ -220,18 +338,8 @@ func (t *Tokens) Authenticate(fail func(*gin.Context, error)) gin.HandlerFunc {
 	}
 }
 
-// RequireAdmin is middleware, after Authenticate, that lets only admins on.
-func RequireAdmin(fail func(*gin.Context, error)) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if From(c).Role != RoleAdmin {
-			fail(c, ErrForbidden)
-			return
-		}
-		c.Next()
-	}
-}
-
-// From returns the identity Authenticate recorded.
+// From returns the identity Authenticate recorded (and RequireAdmin or
+// CurrentRole may have corrected: roles.go).
 func From(c *gin.Context) Identity {
 	v, _ := c.Get(identityKey)
 	id, _ := v.(Identity)

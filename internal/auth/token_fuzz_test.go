@@ -49,7 +49,7 @@ func fuzzTokens(f *testing.F) (*auth.Tokens, []string, signedTokens) {
 		{UserID: 1, Role: auth.RoleAdmin},
 		{UserID: 1<<63 - 1, Role: auth.RoleUser},
 	} {
-		tok, err := tokens.Issue(id)
+		tok, err := tokens.Issue(f.Context(), id)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func fuzzTokens(f *testing.F) (*auth.Tokens, []string, signedTokens) {
 	}
 	admin := jwt.MapClaims{"sub": "1", "role": "admin", "iat": issuedAt.Unix(), "exp": issuedAt.Add(time.Hour).Unix()}
 	good, parts := valid[0], strings.Split(valid[0], ".")
-	expired, err := tokensAt(testKey, issuedAt.Add(-ttl-time.Second)).Issue(auth.Identity{UserID: 42, Role: auth.RoleUser})
+	expired, err := tokensAt(testKey, issuedAt.Add(-ttl-time.Second)).Issue(f.Context(), auth.Identity{UserID: 42, Role: auth.RoleUser})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func FuzzVerify(f *testing.F) {
 		// Twice: the second answer may come from the cache of verified
 		// tokens, and must be the same.
 		for range 2 {
-			id, err := tokens.Verify(token)
+			id, err := tokens.Verify(t.Context(), token)
 			if err != nil {
 				if !errors.Is(err, auth.ErrBadToken) || id != (auth.Identity{}) {
 					t.Fatalf("Verify(%q) = %+v, %v; want no identity and ErrBadToken", token, id, err)

@@ -30,7 +30,7 @@ var key = []byte("harness-only-secret-0123456789abcdef")
 
 func token(b *testing.B, tokens *auth.Tokens) string {
 	b.Helper()
-	tok, err := tokens.Issue(auth.Identity{UserID: 271846193284534273, Role: auth.RoleUser})
+	tok, err := tokens.Issue(b.Context(), auth.Identity{UserID: 271846193284534273, Role: auth.RoleUser})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -39,11 +39,12 @@ func token(b *testing.B, tokens *auth.Tokens) string {
 
 // BenchmarkVerify is the token check every authenticated request pays.
 func BenchmarkVerify(b *testing.B) {
-	tokens := auth.NewTokens(key, 2*time.Hour, time.Now)
+	tokens := auth.NewTokens(key, 2*time.Hour, nil, time.Now)
 	tok := token(b, tokens)
+	ctx := b.Context()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tokens.Verify(tok); err != nil {
+		if _, err := tokens.Verify(ctx, tok); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -52,7 +53,7 @@ func BenchmarkVerify(b *testing.B) {
 // BenchmarkHMACFloor is the cryptographic floor of Verify: one
 // HMAC-SHA256 over the token's signing input, compared in constant time.
 func BenchmarkHMACFloor(b *testing.B) {
-	tok := token(b, auth.NewTokens(key, 2*time.Hour, time.Now))
+	tok := token(b, auth.NewTokens(key, 2*time.Hour, nil, time.Now))
 	dot := strings.LastIndexByte(tok, '.')
 	input := []byte(tok[:dot])
 	sig, err := base64.RawURLEncoding.DecodeString(tok[dot+1:])
@@ -78,7 +79,7 @@ func BenchmarkHMACFloor(b *testing.B) {
 func BenchmarkRejectChain(b *testing.B) {
 	gin.SetMode(gin.ReleaseMode)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tokens := auth.NewTokens(key, 2*time.Hour, time.Now)
+	tokens := auth.NewTokens(key, 2*time.Hour, nil, time.Now)
 	bearer := "Bearer " + token(b, tokens)
 
 	yard := gin.New()
