@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The calls the rehearsal makes besides the crowd's presses, each as
+// docs/api.md describes it: logging users in, making the voucher, and
+// asking the server afterwards what it did.
+
+// apiError is an answer other than the one wanted.
+type apiError struct {
+	status     int
+	code       string // the error body's code
+	body       string
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
+
+// call sends body (nil: none) as JSON with token (if any) and decodes an
+// answer of status want into out (if not nil).
+func call(ctx context.Context, cl *http.Client, method, url, token string, body any, want int, out any, header ...string) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return &apiError{status: resp.StatusCode, code: errorCode(b), body: string(b), retryAfter: retryAfter(resp.Header)}
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode: %w", method, url, err)
+		}
+	}
+	return nil
+}
+
+// errorCode reads the code of the contract's error body, "" if none.
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	return e.Error.Code
+}
+
+// retryAfter reads Retry-After's whole seconds; 0 when absent or not a
+// number (the HTTP date form is not one the server sends).
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// An account is a logged-in user: the server's ID and a token.
+type account struct {
+	ID, Token string
+}
+
+// login logs phone in with the code POST /auth/code answers (the server
+// must run with AUTH_DEV_CODES on). An address may have only a few logins
+// in flight at once: past them the server answers 429 with Retry-After,
+// and login comes back then.
+func login(ctx context.Context, cl *http.Client, base, phone string) (account, error) {
+	var sent struct {
+		Code string `json:"code"`
+	}
+	if err := call(ctx, cl, http.MethodPost, base+"/auth/code", "", map[string]string{"phone": phone}, http.StatusOK, &sent); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.status == http.StatusTooManyRequests {
+			return account{}, fmt.Errorf("%w: the server limits login codes per phone and per address; give other phones (-first), or start its load test with AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0", err)
+		}
+		return account{}, err
+	}
+	if sent.Code == "" {
+		return account{}, errors.New("POST /auth/code answered no code: run the server with AUTH_DEV_CODES=true, or give -tokens")
+	}
+	var in struct {
+		Token string `json:"token"`
+		User  struct {
+			ID string `json:"id"`
+		} `json:"user"`
+	}
+	for try := 0; ; try++ {
+		err := call(ctx, cl, http.MethodPost, base+"/auth/login", "", map[string]string{"phone": phone, "code": sent.Code}, http.StatusOK, &in)
+		var ae *apiError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &ae) || ae.status != http.StatusTooManyRequests || try == 30 || ae.retryAfter > 5*time.Second {
+			return account{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return account{}, ctx.Err()
+		case <-time.After(max(ae.retryAfter, 100*time.Millisecond)):
+		}
+	}
+	if in.Token == "" || in.User.ID == "" {
+		return account{}, errors.New("POST /auth/login answered no token or no user")
+	}
+	return account{in.User.ID, in.Token}, nil
+}
+
+// loginAll logs n users in, phones first, first+1, ..., with c logins at
+// once, spreading them over bases.
+func loginAll(ctx context.Context, cl *http.Client, bases []string, first int64, n, c int) ([]account, error) {
+	out := make([]account, n)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for i := range jobs {
+				phone := strconv.FormatInt(first+int64(i), 10)
+				a, err := login(ctx, cl, bases[i%len(bases)], phone)
+				if err != nil {
+					cancel(fmt.Errorf("log in %s: %w", phone, err))
+					return
+				}
+				out[i] = a
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readTokens reads a token file (loadtest/tokens writes one: a token a
+// line) and takes each user's ID from its token's sub claim, unverified:
+// the server checks the token, the rehearsal only needs to know whose it is.
+func readTokens(path string, n int) ([]account, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []account
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	for sc.Scan() && len(out) < n {
+		tok := strings.TrimSpace(sc.Text())
+		if tok == "" {
+			continue
+		}
+		id, err := subject(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s, line %d: %w", path, len(out)+1, err)
+		}
+		out = append(out, account{id, tok})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("%s holds %d tokens; the crowd needs %d (users and bots): make more with go run ./loadtest/tokens -n %d", path, len(out), n, n)
+	}
+	return out, nil
+}
+
+// subject reads a JWT's sub claim without checking its signature.
+func subject(token string) (string, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "", errors.New("not a JWT")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", fmt.Errorf("JWT payload: %w", err)
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if err := json.Unmarshal(b, &claims); err != nil || claims.Sub == "" {
+		return "", errors.New("JWT without sub")
+	}
+	return claims.Sub, nil
+}
+
+// voucherJSON is a voucher as the server answers it.
+type voucherJSON struct {
+	ID    string     `json:"id"`
+	Stock int64      `json:"stock"`
+	Begin time.Time  `json:"begin_time"`
+	End   time.Time  `json:"end_time"`
+	Room  *roomState `json:"room"`
+}
+
+// roomJSON is a waiting room as POST /vouchers takes it.
+type roomJSON struct {
+	OpensAt        time.Time `json:"opens_at"`
+	AdmitPerSecond int       `json:"admit_per_second"`
+	HoldFor        int       `json:"hold_for"`
+}
+
+// makeVoucher creates the rehearsal's voucher, with a waiting room if
+// room is not nil. The Idempotency-Key keeps a retried request from
+// making two.
+func makeVoucher(ctx context.Context, cl *http.Client, base, admin, title string, stock int64, begin, end time.Time, room *roomJSON) (voucherJSON, error) {
+	body := map[string]any{"title": title, "stock": stock,
+		"begin_time": begin.UTC().Format(time.RFC3339), "end_time": end.UTC().Format(time.RFC3339)}
+	if room != nil {
+		body["room"] = room
+	}
+	var v voucherJSON
+	key := "rehearse-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	err := call(ctx, cl, http.MethodPost, base+"/vouchers", admin, body, http.StatusCreated, &v, "Idempotency-Key", key)
+	if err == nil && room != nil && v.Room == nil {
+		err = errors.New("the server made the voucher without its waiting room: it does not serve rooms yet (docs/api.md, \"Waiting room\")")
+	}
+	return v, err
+}
+
+// getVoucher reads the voucher as anyone may.
+func getVoucher(ctx context.Context, cl *http.Client, base, id string) (voucherJSON, error) {
+	var v voucherJSON
+	err := call(ctx, cl, http.MethodGet, base+"/vouchers/"+id, "", nil, http.StatusOK, &v)
+	return v, err
+}
+
+// getOrder asks for an order with its buyer's token.
+func getOrder(ctx context.Context, cl *http.Client, base, token, id string) OrderSeen {
+	var o struct {
+		ID      string    `json:"id"`
+		User    string    `json:"user_id"`
+		Voucher string    `json:"voucher_id"`
+		Status  string    `json:"status"`
+		Created time.Time `json:"created_at"`
+	}
+	err := call(ctx, cl, http.MethodGet, base+"/orders/"+id, token, nil, http.StatusOK, &o)
+	var ae *apiError
+	switch {
+	case err == nil:
+		return OrderSeen{ID: id, Status: 200, Owner: o.User, Voucher: o.Voucher, State: o.Status, Created: o.Created}
+	case errors.As(err, &ae):
+		return OrderSeen{ID: id, Status: ae.status, Err: ae.code}
+	}
+	return OrderSeen{ID: id, Err: err.Error()}
+}
+
+// liveFigures reads one figures event of the voucher's live stream: the
+// server's own count of its stock and orders, in one snapshot. The stream
+// sends one a second; within is how long to wait for it.
+func liveFigures(ctx context.Context, cl *http.Client, base, id string, within time.Duration) (*Figures, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/live/"+id+"/events", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /live/%s/events: HTTP %d", id, resp.StatusCode)
+	}
+	ev, err := nextEvent(bufio.NewReader(resp.Body), "figures")
+	if err != nil {
+		return nil, fmt.Errorf("GET /live/%s/events: %w", id, err)
+	}
+	var f Figures
+	if err := json.Unmarshal(ev, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// nextEvent reads server-sent events until one named name, and returns
+// its data.
+func nextEvent(r *bufio.Reader, name string) ([]byte, error) {
+	event, data := "", []byte(nil)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if event == name && data != nil {
+				return data, nil
+			}
+			event, data = "", nil
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")...)
+		}
+	}
+}

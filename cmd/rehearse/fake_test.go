@@ -1,0 +1,198 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeServer speaks as much of docs/api.md as a rehearsal uses, and can be
+// told to lie or to stall, so that the tests know what the report must
+// find. It sells one voucher at a time, in memory.
+type fakeServer struct {
+	// Lies and troubles, set before the run.
+	noOrderEvery    int           // every n-th 200 carries an order that does not exist
+	busyOrderEvery  int           // every n-th sale is answered 429 busy, yet taken
+	soldOutOrder    bool          // a user told sold_out is given an order all the same (without a unit)
+	oversell        int           // sells this many units past the stock
+	stallFrom       time.Duration // requests arriving in [stallFrom, stallTo) of the sale
+	stallTo         time.Duration // are held until stallTo
+	withoutLiveFigs bool          // no /live/{id}/events
+
+	mu      sync.Mutex
+	users   map[string]string // token -> user ID
+	nextID  int
+	voucher struct {
+		id           string
+		stock, left  int64
+		begin, end   time.Time
+		sold, orders int
+	}
+	orders  map[string]fakeOrder // order ID -> order
+	byUser  map[string]string    // user ID -> order ID
+	answers map[string]int64
+}
+
+type fakeOrder struct {
+	user    string
+	created time.Time
+}
+
+const fakeAdmin = "admin-token"
+
+func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
+	t.Helper()
+	f := &fakeServer{users: map[string]string{}, orders: map[string]fakeOrder{}, byUser: map[string]string{}, answers: map[string]int64{}}
+	if configure != nil {
+		configure(f)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /auth/code", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"sent": true, "code": "123456"})
+	})
+	mux.HandleFunc("POST /auth/login", func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Phone string }
+		json.NewDecoder(r.Body).Decode(&in)
+		f.mu.Lock()
+		f.nextID++
+		id := strconv.Itoa(f.nextID)
+		tok := "tok-" + id
+		f.users[tok] = id
+		f.mu.Unlock()
+		writeJSON(w, 200, map[string]any{"token": tok, "user": map[string]string{"id": id, "phone": in.Phone}})
+	})
+	mux.HandleFunc("POST /vouchers", func(w http.ResponseWriter, r *http.Request) {
+		if bearer(r) != fakeAdmin {
+			writeErr(w, 403, "forbidden")
+			return
+		}
+		var in struct {
+			Stock int64
+			Begin time.Time `json:"begin_time"`
+			End   time.Time `json:"end_time"`
+		}
+		json.NewDecoder(r.Body).Decode(&in)
+		f.mu.Lock()
+		f.voucher.id, f.voucher.stock, f.voucher.left = "7", in.Stock, in.Stock
+		f.voucher.begin, f.voucher.end = in.Begin.Truncate(time.Second), in.End.Truncate(time.Second)
+		f.mu.Unlock()
+		writeJSON(w, 201, f.voucherJSON())
+	})
+	mux.HandleFunc("GET /vouchers/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, f.voucherJSON())
+	})
+	mux.HandleFunc("POST /seckill/{id}", f.seckill)
+	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		o, ok := f.orders[r.PathValue("id")]
+		if !ok || f.users[bearer(r)] != o.user {
+			writeErr(w, 404, "not_found")
+			return
+		}
+		writeJSON(w, 200, map[string]any{"id": r.PathValue("id"), "user_id": o.user, "voucher_id": f.voucher.id, "status": "unpaid", "created_at": o.created})
+	})
+	mux.HandleFunc("GET /live/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		if f.withoutLiveFigs {
+			writeErr(w, 404, "not_found")
+			return
+		}
+		f.mu.Lock()
+		fig := map[string]any{"initial": f.voucher.stock, "redis_left": f.voucher.left, "mysql_left": f.voucher.left,
+			"orders": len(f.orders), "invariant_holds": f.voucher.left+int64(len(f.orders)) == f.voucher.stock,
+			"total": f.answers, "queue": nil}
+		b, _ := json.Marshal(fig)
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "retry: 1000\n\nevent: figures\ndata: %s\n\n", b)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func (f *fakeServer) voucherJSON() map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return map[string]any{"id": f.voucher.id, "title": "t", "stock": max(f.voucher.left, 0),
+		"begin_time": f.voucher.begin.Format(time.RFC3339), "end_time": f.voucher.end.Format(time.RFC3339)}
+}
+
+// seckill is the buy button, in the contract's order of checks, with the
+// configured lies.
+func (f *fakeServer) seckill(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	f.mu.Lock()
+	user, ok := f.users[bearer(r)]
+	begin := f.voucher.begin
+	f.mu.Unlock()
+	if !ok {
+		writeErr(w, 401, "unauthorized")
+		return
+	}
+	if at := arrived.Sub(begin); f.stallTo > f.stallFrom && at >= f.stallFrom && at < f.stallTo {
+		time.Sleep(f.stallTo - at)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	answer := func(status int, code string) {
+		f.answers[code]++
+		writeErr(w, status, code)
+	}
+	switch {
+	case arrived.Before(begin):
+		answer(409, "not_started")
+	case f.byUser[user] != "":
+		answer(409, "already_ordered")
+	case f.voucher.left <= -int64(f.oversell) || (f.voucher.left <= 0 && f.oversell == 0):
+		if f.soldOutOrder && f.byUser[user] == "" {
+			f.order(user)
+		}
+		answer(409, "sold_out")
+	default:
+		f.voucher.left--
+		id := f.order(user)
+		f.voucher.sold++
+		if f.busyOrderEvery > 0 && f.voucher.sold%f.busyOrderEvery == 0 {
+			w.Header().Set("Retry-After", "1")
+			answer(429, "busy")
+			return
+		}
+		if f.noOrderEvery > 0 && f.voucher.sold%f.noOrderEvery == 0 {
+			delete(f.orders, id) // the 200 below announces an order that is not there
+		}
+		f.answers["ok"]++
+		writeJSON(w, 200, map[string]string{"order_id": id})
+	}
+}
+
+// order records an order of user; f.mu is held.
+func (f *fakeServer) order(user string) string {
+	id := strconv.Itoa(1_000_000 + len(f.orders) + f.voucher.sold)
+	for f.orders[id] != (fakeOrder{}) {
+		id += "1"
+	}
+	f.orders[id] = fakeOrder{user, time.Now()}
+	f.byUser[user] = id
+	return id
+}
+
+func bearer(r *http.Request) string {
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, code string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": code}})
+}

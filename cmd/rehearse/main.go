@@ -1,0 +1,363 @@
+// Command rehearse rehearses a flash sale against a running server: it
+// makes a voucher of its own, logs a crowd of distinct users in through
+// the API, drives them at the voucher in the shape of a real sale, checks
+// the sale's invariants against the server's own answers, and writes a
+// report to read afterwards: one HTML file that needs nothing else to
+// open, and its data as JSON.
+//
+//	go run ./cmd/rehearse -base http://127.0.0.1:8080 -users 1000 -bots 20 -stock 100
+//
+// A load tool answers "how many requests a second"; a sale's team needs
+// to know whether the sale was correct (no oversell, one order per user,
+// every 200 an order, nothing sold before the window), whether it was
+// fair (did the people who pressed first win; did bots win more than
+// people), and where it hurt (answers and latency second by second). The
+// crowd is in crowd.go, the invariants in checks.go, fairness in
+// fairness.go, the seconds in series.go, the page in report.go.
+//
+// Several machines drive one sale by each running with -voucher ID (made
+// beforehand) and users of their own (-first), then one of them merges
+// their JSON: rehearse -merge -out all a.json b.json.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rehearse:", err)
+		os.Exit(1)
+	}
+}
+
+// errInvariant is returned, after the report is written, when the sale
+// broke an invariant: a script (CI) running a rehearsal fails on it.
+var errInvariant = errors.New("the sale broke an invariant (see the report's verdict strip)")
+
+// config is the command line.
+type config struct {
+	shape      Shape
+	bases      []string
+	adminToken string
+	adminPhone string
+	tokens     string
+	first      int64
+	logins     int
+	voucher    string
+	out        string
+	compare    string
+	merge      bool
+	label      string
+	bin        time.Duration
+	delta      time.Duration
+	room       string
+	settle     time.Duration
+	files      []string // -merge's JSON files
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("rehearse", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("base", "http://127.0.0.1:8080", "the server's base URL, or several, comma-separated (instances without a balancer): users are spread over them in turn")
+	s := &c.shape
+	fs.IntVar(&s.Users, "users", 1000, "people in the crowd, one account each")
+	fs.IntVar(&s.Bots, "bots", 20, "bots in the crowd, one account each")
+	fs.Int64Var(&s.Stock, "stock", 100, "units of the rehearsal's voucher")
+	fs.DurationVar(&s.Lead, "lead", 3*time.Second, "people turn up over this stretch before the start")
+	fs.Float64Var(&s.Early, "early", 0.15, "share of those who press as they turn up, before the start (told not_started)")
+	fs.Float64Var(&s.Late, "late", 0.2, "share of people who turn up after the start instead")
+	fs.DurationVar(&s.Tail, "tail", 2*time.Second, "how far apart, on average, the late ones turn up (exponential)")
+	fs.DurationVar(&s.React, "react", 250*time.Millisecond, "a person's median reaction time, from the start or their arrival to the press")
+	fs.Float64Var(&s.Honour, "honour", 0.8, "share of people who wait as Retry-After says")
+	fs.IntVar(&s.Retries, "retries", 5, "retries a person makes after 429, 5xx or no answer before giving up")
+	fs.DurationVar(&s.Backoff, "backoff", 100*time.Millisecond, "first backoff without Retry-After (doubling, full jitter)")
+	fs.DurationVar(&s.BackoffMax, "backoff-max", 2*time.Second, "longest backoff")
+	fs.DurationVar(&s.BotEvery, "bot-every", 50*time.Millisecond, "a bot's polling interval (it ignores Retry-After)")
+	fs.DurationVar(&s.BotLead, "bot-lead", time.Second, "bots start polling this long before the start")
+	fs.IntVar(&s.BotConns, "bot-conns", 1, "requests a bot keeps in flight")
+	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "nothing is sent later than this after the start")
+	fs.DurationVar(&s.Timeout, "timeout", 5*time.Second, "a request unanswered this long counts as no answer")
+	fs.StringVar(&s.Conns, "conns", "user", "user: connections of its own per user (the start's connection storm is part of the test); shared: one pool")
+	fs.Uint64Var(&s.Seed, "seed", 0, "the crowd's random seed (0: a new one); the same seed plans the same crowd")
+	fs.IntVar(&s.RoomRate, "room-rate", 50, "with -room: the room admits this many buyers a second")
+	fs.DurationVar(&s.RoomHold, "room-hold", 60*time.Second, "with -room: an admitted buyer's hold")
+	fs.StringVar(&c.adminToken, "admin-token", "", "an admin's token, to make the voucher (default: log -admin-phone in, which needs the server's dev codes)")
+	fs.StringVar(&c.adminPhone, "admin-phone", "13800000000", "the admin's phone, logged in with the code POST /auth/code answers")
+	fs.StringVar(&c.tokens, "tokens", "", "a token file (go run ./loadtest/tokens writes one), instead of logging the crowd in")
+	fs.Int64Var(&c.first, "first", 0, "the crowd's first phone; users get first, first+1, ... (0: a random block of 15xxxxxxxxx)")
+	fs.IntVar(&c.logins, "logins", 16, "logins at once while the crowd is logged in")
+	fs.StringVar(&c.voucher, "voucher", "", "drive this voucher instead of making one (several generators on one sale; merge their runs)")
+	fs.StringVar(&c.out, "out", "", "write `PATH`.html and PATH.json (default rehearsal-<time>)")
+	fs.StringVar(&c.compare, "compare", "", "draw an earlier run's JSON beside this one")
+	fs.BoolVar(&c.merge, "merge", false, "merge the runs named as arguments (JSON of one voucher, one per generator) into one report")
+	fs.StringVar(&c.label, "label", "", "what the run is called beside another (default: its start time)")
+	fs.DurationVar(&c.bin, "bin", 0, "width of the report's time bins (0: a second, less for a short run)")
+	fs.DurationVar(&c.delta, "delta", 0, "clicks closer than this count as ties in the fairness figures (0: the median latency)")
+	fs.DurationVar(&c.settle, "settle", 1500*time.Millisecond, "wait this long after the crowd before asking the server for its figures (its live counters land once a second)")
+	fs.StringVar(&c.room, "room", "off", "off; on: the voucher has a waiting room; both: the same crowd twice, without and with one")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.files = fs.Args()
+	if c.merge {
+		if len(c.files) == 0 {
+			return c, errors.New("-merge needs the runs' JSON files as arguments")
+		}
+		return c, nil
+	}
+	if len(c.files) > 0 {
+		return c, fmt.Errorf("unexpected arguments %q (files are for -merge)", c.files)
+	}
+	for _, b := range strings.Split(*base, ",") {
+		b = strings.TrimRight(strings.TrimSpace(b), "/")
+		if u, err := url.Parse(b); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c, fmt.Errorf("-base %q: not an http(s) URL", b)
+		}
+		c.bases = append(c.bases, b)
+	}
+	switch {
+	case s.Users < 0 || s.Bots < 0 || s.Users+s.Bots == 0:
+		return c, errors.New("-users and -bots: at least one user, and neither negative")
+	case s.Stock < 0:
+		return c, errors.New("-stock must not be negative")
+	case s.Conns != "user" && s.Conns != "shared":
+		return c, errors.New("-conns is user or shared")
+	case c.room != "off" && c.room != "on" && c.room != "both":
+		return c, errors.New("-room is off, on or both")
+	case s.React <= 0 || s.BotEvery <= 0 || s.Backoff <= 0 || s.BackoffMax < s.Backoff || s.Timeout <= 0 || s.Duration <= 0:
+		return c, errors.New("-react, -bot-every, -backoff, -timeout and -duration must be positive, and -backoff-max at least -backoff")
+	}
+	if s.Seed == 0 {
+		s.Seed = rand.Uint64()
+	}
+	if c.first == 0 {
+		c.first = 15_000_000_000 + rand.Int64N(40_000)*100_000
+	}
+	if n := int64(s.Users + s.Bots); c.first < 10_000_000_000 || c.first+n > 19_999_999_999 {
+		return c, errors.New("-first..-first+users+bots must be 11-digit phones starting with 1")
+	}
+	if c.out == "" {
+		c.out = "rehearsal-" + time.Now().Format("20060102-150405")
+	}
+	return c, nil
+}
+
+// run is the command: parse, rehearse (or merge), report.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	var earlier *Run
+	if c.compare != "" {
+		if earlier, err = load(c.compare); err != nil {
+			return err
+		}
+	}
+	if c.merge {
+		var runs []*Run
+		for _, f := range c.files {
+			r, err := load(f)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, r)
+		}
+		r, err := merge(runs)
+		if err != nil {
+			return err
+		}
+		return finish(r, earlier, c, stdout)
+	}
+	if c.room == "both" {
+		// The same crowd (the same seed) twice, on two vouchers: without
+		// the room, then with it, the first drawn beside the second.
+		cOff, cOn := c, c
+		cOff.room, cOff.out, cOff.label = "off", c.out+"-without-room", "without a room"
+		cOn.room, cOn.out, cOn.label = "on", c.out+"-with-room", "with a room"
+		cOn.first += int64(c.shape.Users + c.shape.Bots)
+		without, err := rehearse(ctx, cOff, stderr)
+		if err != nil {
+			return err
+		}
+		errOff := finish(without, earlier, cOff, stdout)
+		with, err := rehearse(ctx, cOn, stderr)
+		if err != nil {
+			return err
+		}
+		return errors.Join(errOff, finish(with, without, cOn, stdout))
+	}
+	r, err := rehearse(ctx, c, stderr)
+	if err != nil {
+		return err
+	}
+	return finish(r, earlier, c, stdout)
+}
+
+// rehearse runs one sale: accounts, voucher, crowd, and the server's
+// answers afterwards.
+func rehearse(ctx context.Context, c config, logw io.Writer) (*Run, error) {
+	logf := func(format string, args ...any) { fmt.Fprintf(logw, "rehearse: "+format+"\n", args...) }
+	plain := &http.Client{Timeout: 30 * time.Second, Transport: transport(64)}
+	defer plain.CloseIdleConnections()
+	s := c.shape
+	n := s.Users + s.Bots
+	started := time.Now()
+
+	// The admin first: a phone gets one login code a minute, and a second
+	// rehearsal within the minute should fail before the crowd logs in.
+	admin := c.adminToken
+	if admin == "" && c.voucher == "" {
+		a, err := login(ctx, plain, c.bases[0], strings.TrimSpace(c.adminPhone))
+		if err != nil {
+			return nil, fmt.Errorf("log the admin in (or give -admin-token; go run ./loadtest/tokens -first %s -n 1 writes one): %w", c.adminPhone, err)
+		}
+		admin = a.Token
+	}
+
+	// The crowd's accounts: distinct users, one per simulated buyer, as a
+	// real crowd is (a second order of one user is refused).
+	var accounts []account
+	var err error
+	if c.tokens != "" {
+		accounts, err = readTokens(c.tokens, n)
+	} else {
+		logf("logging %d users in (phones %d to %d) through %s", n, c.first, c.first+int64(n)-1, c.bases[0])
+		accounts, err = loginAll(ctx, plain, c.bases, c.first, n, c.logins)
+	}
+	if err != nil {
+		return nil, err
+	}
+	logf("%d users logged in in %s", n, time.Since(started).Round(time.Millisecond))
+
+	// The voucher: the rehearsal's own, opening once everyone has had
+	// time to turn up, in whole seconds as the server keeps them.
+	var v voucherJSON
+	if c.voucher != "" {
+		v, err = getVoucher(ctx, plain, c.bases[0], c.voucher)
+		if err == nil && time.Until(v.Begin) < s.Lead {
+			err = fmt.Errorf("voucher %s opens at %s, in %s: less than -lead (%s) away", v.ID, v.Begin.Format(time.RFC3339), time.Until(v.Begin).Round(time.Second), s.Lead)
+		}
+	} else {
+		begin := time.Now().Add(max(s.Lead, s.BotLead) + time.Second).Truncate(time.Second).Add(time.Second)
+		var room *roomJSON
+		if c.room == "on" {
+			room = &roomJSON{OpensAt: time.Now().Truncate(time.Second), AdmitPerSecond: s.RoomRate, HoldFor: int(s.RoomHold.Seconds())}
+		}
+		title := fmt.Sprintf("rehearsal %s, %d users, %d bots", started.Format("2006-01-02 15:04:05"), s.Users, s.Bots)
+		v, err = makeVoucher(ctx, plain, c.bases[0], admin, title, s.Stock, begin, begin.Add(time.Hour), room)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("voucher: %w", err)
+	}
+	logf("voucher %s: %d units, opens at %s", v.ID, v.Stock, v.Begin.Format("15:04:05"))
+
+	r := &Run{
+		Version: runVersion, Label: c.label, Started: started, Bases: c.bases, Shape: s, Shared: c.voucher != "",
+		Voucher: Voucher{ID: v.ID, Stock: v.Stock, Begin: v.Begin, End: v.End, Room: v.Room != nil},
+	}
+	if r.Label == "" {
+		r.Label = started.Format("2006-01-02 15:04:05")
+	}
+	plans := planCrowd(s)
+	for u, p := range plans {
+		p.user.ID, p.user.Base = accounts[u].ID, u%len(c.bases)
+		r.Users = append(r.Users, p.user)
+	}
+	// The run's clock counts from begin_time, with this process'
+	// monotonic clock: now plus the wall clock's distance to it.
+	now := time.Now()
+	d := &driver{shape: s, bases: c.bases, voucher: v.ID, accounts: accounts, t0: now.Add(v.Begin.Sub(now))}
+	cpu0, wall0 := cpuTime(), time.Now()
+	logf("the crowd: %d people and %d bots, until %s after the start", s.Users, s.Bots, s.Duration)
+	if r.Voucher.Room {
+		r.Attempts, r.Room = d.driveRoom(ctx, plans, r.Users)
+	} else {
+		r.Attempts = d.drive(ctx, plans, r.Users)
+	}
+	r.Machines = []Machine{machine(n, cpuTime()-cpu0, time.Since(wall0))}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	logf("asking the server about %d answers of 200", countIf(r.Attempts, func(a Attempt) bool { return a.Status == 200 }))
+	r.After = after(ctx, plain, c.bases[0], r, accounts, d, c.settle)
+	return r, nil
+}
+
+// after asks the server what the sale did: every 200's order, the stock
+// left, and the live figures (once the async queue, if any, is drained).
+func after(ctx context.Context, cl *http.Client, base string, r *Run, accounts []account, d *driver, settle time.Duration) After {
+	var out After
+	// The live figures count answers in each instance's memory and add
+	// them to Redis once a second: wait for the last second to land.
+	time.Sleep(settle)
+	type job struct {
+		user int
+		id   string
+	}
+	jobs := make(chan job)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for j := range jobs {
+				o := getOrder(ctx, cl, r.Bases[r.Users[j.user].Base], accounts[j.user].Token, j.id)
+				o.User = j.user
+				mu.Lock()
+				out.Orders = append(out.Orders, o)
+				mu.Unlock()
+			}
+		})
+	}
+	asked := map[string]bool{}
+	for _, a := range r.Attempts {
+		if a.Status == 200 && !asked[a.Order] {
+			asked[a.Order] = true
+			jobs <- job{a.User, a.Order}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+
+	// In async mode a 200's order reaches MySQL moments later: the live
+	// figures are read until the queue is empty, for up to 15 seconds.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		f, err := liveFigures(ctx, cl, base, r.Voucher.ID, 5*time.Second)
+		if err != nil {
+			out.LiveErr = err.Error()
+			break
+		}
+		out.Live = f
+		if f.Queue == nil || *f.Queue == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if v, err := getVoucher(ctx, cl, base, r.Voucher.ID); err != nil {
+		out.StockErr = err.Error()
+	} else {
+		out.Stock = v.Stock
+	}
+	out.Read = d.since()
+	return out
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// quick is a small, short crowd: 60 people and 4 bots after 20 units,
+// the sale opening a second or two after the voucher is made.
+var quick = []string{"-users", "60", "-bots", "4", "-stock", "20", "-lead", "300ms", "-bot-lead", "200ms",
+	"-duration", "1500ms", "-settle", "0", "-admin-token", fakeAdmin, "-seed", "7"}
+
+// rehearseAgainst runs the command against srv with quick and extra
+// flags, and returns the run it wrote, what was made of it, and run's error.
+func rehearseAgainst(t *testing.T, srv *httptest.Server, extra ...string) (*Run, Analysis, error) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "r")
+	args := append(append([]string{"-base", srv.URL, "-out", out}, quick...), extra...)
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), args, &stdout, &stderr)
+	if err != nil && !errors.Is(err, errInvariant) {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	t.Logf("%s", stdout.String())
+	r, lerr := load(out + ".json")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if _, serr := os.Stat(out + ".html"); serr != nil {
+		t.Fatal(serr)
+	}
+	return r, analyse(r, 0, 0), err
+}
+
+func verdicts(an Analysis) map[string]string {
+	out := map[string]string{}
+	for _, c := range an.Checks {
+		out[c.Name] = c.Verdict
+	}
+	return out
+}
+
+// TestHonestSale: a server that keeps its promises passes every check,
+// sells its stock, and tells the early pressers not_started.
+func TestHonestSale(t *testing.T) {
+	t.Parallel()
+	r, an, err := rehearseAgainst(t, newFakeServer(t, nil))
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	for name, v := range verdicts(an) {
+		if v != pass {
+			t.Errorf("%s: %s", name, v)
+		}
+	}
+	if an.Wins != 20 {
+		t.Errorf("%d orders, want the stock, 20", an.Wins)
+	}
+	if an.Totals["409 not_started"] == 0 {
+		t.Errorf("nobody was told not_started: the early presses and the bots' lead are missing")
+	}
+	if len(r.Users) != 64 || r.Users[63].Kind != bot {
+		t.Errorf("users: %d, the last a %s; want 64, the last a bot", len(r.Users), r.Users[63].Kind)
+	}
+}
+
+// TestLiesCaught: each lie of a server is caught by its check, and the
+// command fails.
+func TestLiesCaught(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		lie   func(*fakeServer)
+		check string
+	}{
+		{"200 without an order", func(f *fakeServer) { f.noOrderEvery = 4 }, "every 200 an order"},
+		{"order after a 429", func(f *fakeServer) { f.busyOrderEvery = 3 }, "no order after a refusal"},
+		{"order after a 429, no live figures", func(f *fakeServer) { f.busyOrderEvery, f.withoutLiveFigs = 3, true }, "no order after a refusal"},
+		{"order after sold_out", func(f *fakeServer) { f.soldOutOrder = true }, "no order after a refusal"},
+		{"oversell", func(f *fakeServer) { f.oversell = 5 }, "no oversell"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, an, err := rehearseAgainst(t, newFakeServer(t, tc.lie))
+			if !errors.Is(err, errInvariant) {
+				t.Errorf("run returned %v, want errInvariant", err)
+			}
+			if v := verdicts(an)[tc.check]; v != fail {
+				t.Errorf("%q: %s, want fail; checks: %+v", tc.check, v, an.Checks)
+			}
+		})
+	}
+}
+
+// TestStallShowsInLatency: the server holds every request that arrives
+// in the first 600 ms of the sale until then. Latency timed from the
+// intended send shows the stall in the requests due then; the requests due
+// after it are quick. A load tool that waited for its answers before
+// sending more would have seen a few slow requests and sent the rest late.
+func TestStallShowsInLatency(t *testing.T) {
+	t.Parallel()
+	const stall = 600 * time.Millisecond
+	_, an, _ := rehearseAgainst(t, newFakeServer(t, func(f *fakeServer) { f.stallFrom, f.stallTo = 0, stall }), "-bin", "100ms")
+	for _, b := range an.Timeline.Bins {
+		all := max(b.OK.Max, b.Refused.Max)
+		n := b.OK.N + b.Refused.N
+		switch {
+		case n == 0:
+		case b.At >= 0 && b.At+100*time.Millisecond <= stall-200*time.Millisecond:
+			// Due early in the stall: held at least until it ended.
+			if want := stall - b.At - 100*time.Millisecond; all < want {
+				t.Errorf("requests due at %s: slowest %s, want at least %s (the stall)", secs(b.At), all, want)
+			}
+		case b.At >= stall+300*time.Millisecond:
+			if p := max(b.OK.P50, b.Refused.P50); p > 100*time.Millisecond {
+				t.Errorf("requests due at %s, after the stall: p50 %s", secs(b.At), p)
+			}
+		}
+	}
+	if an.Refused.P90 < 100*time.Millisecond && an.OK.P90 < 100*time.Millisecond {
+		t.Errorf("p90s %s and %s: the stall is missing from the percentiles", an.OK.P90, an.Refused.P90)
+	}
+	if an.Late.P99 > 50*time.Millisecond {
+		t.Errorf("generator lateness p99 %s: the generator waited for the stalled server", an.Late.P99)
+	}
+}
+
+// TestReportIsSelfContained: the page fetches nothing: no script, no
+// link, no URL but the servers' own in the text.
+func TestReportIsSelfContained(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t, nil)
+	out := filepath.Join(t.TempDir(), "r")
+	var stdout bytes.Buffer
+	if err := run(t.Context(), append([]string{"-base", srv.URL, "-out", out}, quick...), &stdout, &stdout); err != nil {
+		t.Fatal(err, stdout.String())
+	}
+	b, err := os.ReadFile(out + ".html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	for _, bad := range []string{"<script", "<link", "src=", "@import", "url(http"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the report holds %q", bad)
+		}
+	}
+	for _, id := range []string{"answers", "latency-ok", "latency-refused", "arrivals", "in-flight", "lateness", "fairness"} {
+		if !strings.Contains(page, `data-chart="`+id+`"`) {
+			t.Errorf("chart %s missing", id)
+		}
+	}
+}
