@@ -337,3 +337,110 @@ func TestEventsEndWithTheSale(t *testing.T) {
 		t.Errorf("opening an ended sale's page 6 times read its figures %d times, want 0 (its last event is kept)", reads)
 	}
 }
+
+// openFrom opens an event stream as client addr (the test's engine trusts
+// every proxy, gin's default, so X-Forwarded-For names the client); a
+// refusal is returned, not a failure.
+func openFrom(t *testing.T, url, addr string) (*stream, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("X-Forwarded-For", addr)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		cancel()
+		return nil, resp
+	}
+	s := &stream{close: func() { cancel(); resp.Body.Close() }}
+	t.Cleanup(s.close)
+	return s, resp
+}
+
+// Streams that come and go, one after another and never two at once, as
+// the probe's churn opened them (issue 35), cost a read a second, not a
+// read each: a voucher's reader outlives its last stream by a second, and
+// serves the next stream the event it has. Each stream here comes from
+// another address, so that no limit per address hides the reads: the
+// bound holds whoever asks.
+func TestEventsChurnReadsOnceASecond(t *testing.T) {
+	ls := newLiveServer(t, 100)
+	events := ls.url + "/live/" + ls.voucher + "/events"
+	start := time.Now()
+	opened := 0
+	for time.Since(start) < 3*time.Second {
+		opened++
+		s, resp := openFrom(t, events, "198.51.100."+strconv.Itoa(opened%250+1))
+		if s == nil {
+			t.Fatalf("stream %d refused: %d", opened, resp.StatusCode)
+		}
+		s.close()
+		waitFor(t, "the stream to leave", func() bool { return streamsOpen(ls.h) == 0 })
+	}
+	took := time.Since(start)
+	if reads, most := ls.reads.Load(), int64(took/time.Second)+1; reads > most {
+		t.Errorf("%d streams opened and closed one after another in %s read the figures %d times, want at most %d: once a second, however streams come and go",
+			opened, took.Round(time.Millisecond), reads, most)
+	}
+	// And a stream that stays gets figures at once: the event the reader
+	// has.
+	s, resp := openStream(t, events)
+	if s == nil {
+		t.Fatalf("stream refused: %d", resp.StatusCode)
+	}
+	select {
+	case f := <-s.events:
+		if f.Voucher != ls.voucher {
+			t.Errorf("figures of the wrong sale: %+v", f)
+		}
+	case <-time.After(300 * time.Millisecond):
+		t.Error("a stream joining a lingering reader got no event at once")
+	}
+	t.Logf("%d streams in %s, %d reads", opened, took.Round(time.Millisecond), ls.reads.Load())
+}
+
+// One address opens streams at ClientOpenRate a second after a burst of
+// ClientOpenBurst, however short-lived they are (the caps count the
+// streams open at once, not how often they open): past it, 429 busy with
+// Retry-After, before the voucher is even looked up. Another address is
+// let in meanwhile.
+func TestEventsOpenRatePerClient(t *testing.T) {
+	ls := newLiveServer(t, 100)
+	events := ls.url + "/live/" + ls.voucher + "/events"
+	const addr = "198.51.100.7"
+	var refused *http.Response
+	for i := range 3 * MaxStreamsPerClient {
+		s, resp := openFrom(t, events, addr)
+		if s == nil {
+			if i < MaxStreamsPerClient {
+				t.Fatalf("open %d of a burst of %d refused: %d", i+1, MaxStreamsPerClient, resp.StatusCode)
+			}
+			refused = resp
+			break
+		}
+		s.close()
+		waitFor(t, "the stream to leave", func() bool { return streamsOpen(ls.h) == 0 })
+	}
+	if refused == nil {
+		t.Fatalf("%d streams opened and closed at once from one address were all let in, want a limit on the rate", 3*MaxStreamsPerClient)
+	}
+	var body struct {
+		Error struct{ Code, Message string }
+	}
+	json.NewDecoder(refused.Body).Decode(&body)
+	refused.Body.Close()
+	if refused.StatusCode != http.StatusTooManyRequests || body.Error.Code != "busy" || !strings.Contains(body.Error.Message, "too fast") || refused.Header.Get("Retry-After") == "" {
+		t.Errorf("past the rate: %d %+v, Retry-After %q; want 429 busy, too fast, with Retry-After", refused.StatusCode, body, refused.Header.Get("Retry-After"))
+	}
+	// Refused before the lookup: an ID that is no voucher costs nothing
+	// either, and answers the same.
+	if _, resp := openFrom(t, ls.url+"/live/999999999999/events", addr); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("an unknown voucher past the rate: %d, want 429", resp.StatusCode)
+	}
+	if s, resp := openFrom(t, events, "203.0.113.9"); s == nil {
+		t.Errorf("another address while the first is past its rate: %d, want 200", resp.StatusCode)
+	}
+}

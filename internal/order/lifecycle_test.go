@@ -117,8 +117,8 @@ func (r *lifecycleRig) dueIn(t *testing.T, d time.Duration) {
 // atRest drains the returns to Redis, then checks the contract's
 // invariants: stock + unpaid + paid = initial in MySQL, Redis equal to
 // MySQL, no return left to make, and each cancelled or refunded order's
-// unit returned exactly once (the Observer's count). It returns the
-// orders by status.
+// unit returned exactly once (the Observer's count), and the voucher's
+// counters equal to its orders' rows. It returns the orders by status.
 func (r *lifecycleRig) atRest(t *testing.T) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -150,6 +150,7 @@ func (r *lifecycleRig) atRest(t *testing.T) map[string]int64 {
 	if back := r.obs.returned.Load(); back != by[StatusCancelled]+by[StatusRefunded] {
 		t.Errorf("%d units returned to Redis for %d cancelled and %d refunded orders", back, by[StatusCancelled], by[StatusRefunded])
 	}
+	checkCounts(t, r.db, r.voucher)
 	return by
 }
 
