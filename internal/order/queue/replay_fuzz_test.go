@@ -82,7 +82,9 @@ func FuzzReplayInput(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/admin/dead-letters/replay", bytes.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, "/admin/dead-letters/replay", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		r.ServeHTTP(rec, req)
 
 		var in ReplayInput
 		valid := json.Unmarshal(body, &in) == nil && validReplay(in)
