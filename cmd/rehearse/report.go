@@ -150,7 +150,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"pct":    func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 	"mul100": func(f float64) float64 { return 100 * f },
 	"f2":     func(f float64) string { return fmt.Sprintf("%.2f", f) },
-	"dur":    func(d time.Duration) string { return d.String() },
+	"dur":    func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"opt": func(d *time.Duration) string {
 		if d == nil {
 			return "never"
@@ -235,7 +235,11 @@ var classColour = map[string]string{
 func charts(r *Run, an Analysis, earlier *Analysis) []chart.Chart {
 	t := an.Timeline
 	perSec := 1 / t.Bin.Seconds()
+	// Every time chart spans the whole run, so that they line up.
 	x := chart.Axis{Label: fmt.Sprintf("time since the sale opened (s); bins of %s", t.Bin)}
+	if n := len(t.Bins); n > 0 {
+		x.Min, x.Max = t.Bins[0].At.Seconds(), (t.Bins[n-1].At + t.Bin).Seconds()
+	}
 	marks := saleMarks(an)
 	xs := func(b Bin) float64 { return b.At.Seconds() }
 	msOf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -258,6 +262,7 @@ func charts(r *Run, an Analysis, earlier *Analysis) []chart.Chart {
 	out := []chart.Chart{answers("answers", "Answers by code, per second", t, marks)}
 	if earlier != nil {
 		c := answers("answers-earlier", "Answers by code, per second: the earlier run", earlier.Timeline, saleMarks(*earlier))
+		c.X.Min, c.X.Max = 0, 0 // its own span
 		out = append(out, c)
 	}
 

@@ -85,14 +85,14 @@ func class(a Attempt) string {
 	return "other"
 }
 
-// autoBin picks a bin width for a run that lasted span: a second, as the
-// issue of load tools has it, unless the run is too short for a second to
-// show anything.
+// autoBin picks a bin width for a run that lasted span: a second, as load
+// tools have it, for a long run; finer for a short one, where the start
+// and the sell-out are a few hundred milliseconds apart.
 func autoBin(span time.Duration) time.Duration {
 	switch {
-	case span >= 20*time.Second:
+	case span >= 60*time.Second:
 		return time.Second
-	case span >= 5*time.Second:
+	case span >= 20*time.Second:
 		return 250 * time.Millisecond
 	}
 	return 100 * time.Millisecond

@@ -33,7 +33,8 @@ type Chart struct {
 	BarWidth float64
 	Series   []Series
 	Marks    []Mark
-	// Width and Height are the picture's size in pixels (720 by 260).
+	// Width and Height are the plot's size in pixels (660 by 260); the
+	// legend adds rows below.
 	Width, Height int
 	// Note is a line of small print under the legend: how to read the
 	// chart, or why it is empty.
@@ -67,7 +68,7 @@ type Series struct {
 // A Point is a place on the chart, in the axes' units.
 type Point struct{ X, Y float64 }
 
-// A Mark is a vertical line at X across the plot, labelled at its top.
+// A Mark is a vertical line at X across the plot, named in the legend.
 type Mark struct {
 	X      float64
 	Label  string
@@ -97,7 +98,7 @@ const (
 func (c Chart) SVG() string {
 	w, h := c.Width, c.Height
 	if w == 0 {
-		w = 720
+		w = 660
 	}
 	if h == 0 {
 		h = 260
@@ -159,10 +160,10 @@ func (c Chart) SVG() string {
 			continue
 		}
 		x := px(m.X)
-		fmt.Fprintf(&b, `<g class="mark"><line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="4,3"/>`,
-			x, marginTop, x, base, markColour(m))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="%s" font-size="10" text-anchor="middle" stroke="white" stroke-width="3" paint-order="stroke">%s</text></g>`+"\n",
-			x, marginTop-3, markColour(m), esc(m.Label))
+		// Named in the legend, not beside the line: marks are often close
+		// together (the sale opens, and sells out a moment later).
+		fmt.Fprintf(&b, `<g class="mark"><title>%s</title><line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="1.5" stroke-dasharray="4,3"/></g>`+"\n",
+			esc(m.Label), x, marginTop, x, base, markColour(m))
 	}
 
 	// The legend, under the x axis: a swatch and a name for every series
