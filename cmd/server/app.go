@@ -17,6 +17,7 @@ import (
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
 	"seckill/internal/payment"
+	"seckill/internal/room"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
@@ -36,6 +37,8 @@ type app struct {
 	liveSrc   *live.Source   // reads a sale's figures for /live
 	crowd     *live.Crowd    // nil unless LIVE_CROWD
 	payments  *payment.Fake  // nil unless PAYMENT_FAKE: the demo's payment provider
+	rooms     *room.Store    // the waiting rooms' lines
+	admitter  *room.Admitter // admits the next buyers of every room, a few times a second
 	liveDone  context.Context
 	stopLive  func()           // ends the /live event streams, at shutdown
 	slots     *admission.Cap   // MAX_IN_FLIGHT, shared among client addresses
@@ -72,7 +75,8 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		sender = auth.NewDevSender(log)
 	}
 	a.auth = auth.NewService(st.db, st.rdb, a.tokens, cfg.AdminPhones, sender, cfg.AuthLimits)
-	a.vouchers = voucher.NewService(st.db, stocks, native, now, log)
+	a.rooms = room.NewStore(st.rdb)
+	a.vouchers = voucher.NewService(st.db, stocks, a.rooms, native, now, log)
 	// One registry per app, never Prometheus' global one: the tests run
 	// several servers in one process.
 	a.metrics = metrics.New(log)
@@ -95,6 +99,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		ocfg.Provider = a.payments
 	}
 	a.orders = order.NewService(st.db, a.queue, a.vouchers, stocks, locks, ids, now, log, ocfg)
+	a.admitter = room.NewAdmitter(a.rooms, a.findRoom, a.orders.Restock, now, log)
 
 	a.live = live.NewRecorder(st.rdb, log)
 	var queueStats func(context.Context) (queue.Stats, error)
@@ -122,6 +127,16 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		a.payments.SetTarget(a.router) // and the fake provider calls the webhook so
 	}
 	return a, nil
+}
+
+// findRoom finds the waiting room of a voucher: nil for a voucher
+// without one.
+func (a *app) findRoom(ctx context.Context, voucherID int64) (*room.Sale, error) {
+	v, err := a.vouchers.Find(ctx, voucherID)
+	if err != nil {
+		return nil, err
+	}
+	return v.Room(), nil
 }
 
 // stopCrowd stops the simulated crowd, if any, and waits for its last

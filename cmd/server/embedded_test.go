@@ -65,6 +65,34 @@ func TestEmbeddedDemo(t *testing.T) {
 		t.Errorf("seeded demo voucher: %d %s", r.Status, r.Raw)
 	}
 
+	// A waiting room works on the demo's in-process Redis and SQLite too:
+	// a join before begin_time, the draw at begin_time, admission, and a
+	// press that only the admitted buyer's succeeds.
+	begin := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+	rv := createVoucher(t, base, admin, 1, begin, begin.Add(time.Hour), "room", map[string]any{"admit_per_second": 1})
+	other, _ := mustLogin(t, base, "13912345679")
+	for _, tok := range []string{user, other} {
+		if r := mustCall(t, "POST", base+"/vouchers/"+rv+"/room", tok, nil); r.Status != http.StatusOK || r.Str("state") != "waiting" {
+			t.Fatalf("join the demo's room: %d %s", r.Status, r.Raw)
+		}
+	}
+	time.Sleep(time.Until(begin) + 1500*time.Millisecond)
+	won := 0
+	for _, tok := range []string{user, other} {
+		p := mustCall(t, "GET", base+"/vouchers/"+rv+"/room", tok, nil)
+		r := mustCall(t, "POST", base+"/seckill/"+rv, tok, nil)
+		switch {
+		case p.Str("state") == "admitted" && r.Status == http.StatusOK:
+			won++
+		case p.Str("state") != "admitted" && r.Code() == "not_admitted":
+		default:
+			t.Errorf("place %s, then seckill %d %s", p.Raw, r.Status, r.Raw)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d buyers won the room's one unit, want 1", won)
+	}
+
 	// Stopping is clean.
 	if err := in.Stop(); err != nil {
 		t.Errorf("stop: %v", err)

@@ -16,6 +16,7 @@ import (
 	"seckill/internal/live"
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
+	"seckill/internal/room"
 	"seckill/internal/voucher"
 	"seckill/internal/web"
 )
@@ -28,8 +29,9 @@ import (
 // answers, and the one that lets the live page's event streams past the
 // cap on requests in flight, recognise their route by its pattern.
 const (
-	seckillRoute = "/seckill/:voucherId"
-	eventsRoute  = "/live/:voucherId/events"
+	seckillRoute    = "/seckill/:voucherId"
+	eventsRoute     = "/live/:voucherId/events"
+	roomEventsRoute = "/vouchers/:id/room/events"
 )
 
 // routes builds the router of the main port.
@@ -71,7 +73,7 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	}
 	inFlight := a.slots.Limit(fail, "/healthz", "/readyz", "/metrics")
 	r.Use(a.metrics.Seckill(seckillRoute), a.live.Middleware(seckillRoute), web.Recover(log),
-		web.Harden(), web.ReadBody(cfg.BodyTimeout, web.SmallBody), live.PassStreams(eventsRoute, inFlight),
+		web.Harden(), web.ReadBody(cfg.BodyTimeout, web.SmallBody), live.PassStreams(roomEventsRoute, live.PassStreams(eventsRoute, inFlight)),
 		web.ReadBody(cfg.BodyTimeout, web.MaxBody))
 
 	// What a route may ask for besides: a token (authn, which sets
@@ -116,6 +118,14 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	r.POST("/vouchers", authn, admin, vouchers.Create)
 	r.GET("/vouchers", vouchers.List)
 	r.GET("/vouchers/:id", vouchers.Get)
+
+	// A voucher's waiting room (package room): join the line, see where
+	// you stand, and follow it as it moves. The buy button of a room's
+	// voucher sells to admitted buyers only (package order, stock).
+	rooms := room.NewHandler(a.rooms, a.findRoom, a.orders.Restock, a.liveDone.Done(), log)
+	r.POST("/vouchers/:id/room", authn, rooms.Join)
+	r.GET("/vouchers/:id/room", authn, rooms.Place)
+	r.GET(roomEventsRoute, authn, rooms.Events)
 
 	// The sale, and the order's life after it (package order): paid
 	// through the provider, whose webhook carries a signature instead of a

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"seckill/internal/order/queue"
+	"seckill/internal/room"
 )
 
 // run reads the configuration, connects, wires the features, serves until
@@ -108,6 +109,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	var bg sync.WaitGroup
 	bg.Go(func() { app.orders.RunSweeper(bgCtx, cfg.SweepEvery) })
 	bg.Go(func() { app.orders.RunExpirer(bgCtx, cfg.SweepEvery) })
+	bg.Go(func() { app.admitter.Run(bgCtx, room.AdmitEvery) })
 	bg.Go(func() { app.live.Run(bgCtx) })
 	if app.consumers != nil {
 		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })

@@ -26,6 +26,7 @@ const (
 	Ended                Code = "ended"
 	SoldOut              Code = "sold_out"
 	AlreadyOrdered       Code = "already_ordered"
+	NotAdmitted          Code = "not_admitted"
 	InvalidState         Code = "invalid_state"
 	Busy                 Code = "busy"
 	Unavailable          Code = "unavailable"
@@ -43,6 +44,7 @@ var status = map[Code]int{
 	Ended:                http.StatusConflict,
 	SoldOut:              http.StatusConflict,
 	AlreadyOrdered:       http.StatusConflict,
+	NotAdmitted:          http.StatusConflict,
 	InvalidState:         http.StatusConflict,
 	Busy:                 http.StatusTooManyRequests,
 	Unavailable:          http.StatusServiceUnavailable,

@@ -28,7 +28,7 @@ func TestReadCostsTheSameHoweverManyOrders(t *testing.T) {
 	rdb := testenv.Redis(t, 0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	stocks := stock.NewStore(rdb, 15*time.Second)
-	vouchers := voucher.NewService(db, stocks, nil, time.Now, log)
+	vouchers := voucher.NewService(db, stocks, nil, nil, time.Now, log)
 	src := NewSource(db, rdb, vouchers, stocks, nil, time.Now)
 	create := func(title string, n int64) int64 {
 		t.Helper()

@@ -37,7 +37,7 @@ func newLiveServer(t *testing.T, maxStreams int) liveServer {
 	db := testenv.Open(t, testenv.MySQLDSN(t))
 	rdb := testenv.Redis(t, 0)
 	stocks := stock.NewStore(rdb, 15*time.Second)
-	vouchers := voucher.NewService(db, stocks, nil, time.Now, log)
+	vouchers := voucher.NewService(db, stocks, nil, nil, time.Now, log)
 	title, n := "Live test", int64(10)
 	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 	v, err := vouchers.Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &n, BeginTime: &begin, EndTime: &end})

@@ -43,7 +43,7 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 	if err != nil {
 		return 0, idError(err, m.now())
 	}
-	e := queue.Entry{OrderID: id, UserID: userID, VoucherID: voucherID, At: m.now(), Buckets: v.Parts()}
+	e := queue.Entry{OrderID: id, UserID: userID, VoucherID: voucherID, At: m.now(), Buckets: v.Parts(), Room: v.Room() != nil}
 	start := time.Now()
 	res, err := m.queue.Accept(ctx, &e)
 	m.obs.Stage(StageStock, time.Since(start))
@@ -77,6 +77,8 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 		return 0, apperr.Down(errors.New("accept order: the request stalled past its claim; nothing was taken"))
 	case queue.StockMissing:
 		return 0, errStockMissing
+	case queue.NotAdmitted:
+		return 0, ErrNotAdmitted
 	}
 	return 0, fmt.Errorf("accept order: unknown answer %d from the script", res)
 }

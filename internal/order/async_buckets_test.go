@@ -68,7 +68,7 @@ func newBucketRig(t *testing.T, initial int64) *bucketRig {
 	r.q = queue.New(r.rdb, r.stocks)
 	title, parts := "split", bucketsOf
 	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
-	v, err := voucher.NewService(r.db, r.stocks, nil, time.Now, r.log).Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &initial, BeginTime: &begin, EndTime: &end, Buckets: &parts})
+	v, err := voucher.NewService(r.db, r.stocks, nil, nil, time.Now, r.log).Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &initial, BeginTime: &begin, EndTime: &end, Buckets: &parts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func (r *bucketRig) instance(t *testing.T) *asyncInstance {
 	t.Cleanup(func() { rdb.Close() })
 	stocks := stock.NewStore(rdb, 15*time.Second)
 	q := queue.New(rdb, stocks)
-	vouchers := voucher.NewService(r.db, stocks, nil, time.Now, r.log)
+	vouchers := voucher.NewService(r.db, stocks, nil, nil, time.Now, r.log)
 	cfg := DefaultConfig
 	cfg.Async = true
 	s := NewService(r.db, q, vouchers, stocks, lock.NewRedis(rdb), idworker.New(rdb, time.Now, IDFloor(r.db, q)), time.Now, r.log, cfg)

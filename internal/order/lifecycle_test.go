@@ -73,7 +73,7 @@ func newLifecycleRig(t *testing.T, instances int, initial int64) *lifecycleRig {
 	t.Cleanup(func() { stop(); wg.Wait(); r.provider.Close() })
 	var vouchers *voucher.Service
 	for range instances {
-		vouchers = voucher.NewService(r.db, r.stocks, nil, time.Now, log)
+		vouchers = voucher.NewService(r.db, r.stocks, nil, nil, time.Now, log)
 		q := queue.New(r.rdb, r.stocks)
 		cfg := DefaultConfig
 		cfg.Observer, cfg.Provider = r.obs, r.provider

@@ -106,6 +106,10 @@ var (
 	ErrAlreadyOrdered = apperr.New(apperr.AlreadyOrdered, "you already hold an order for this voucher")
 	ErrBusy           = apperr.New(apperr.Busy, "another request of yours for this voucher is in progress; try again shortly")
 	ErrNotFound       = apperr.New(apperr.NotFound, "no such order")
+	// ErrNotAdmitted: the voucher has a waiting room (package room), and
+	// the caller is not admitted: not in line, still waiting, or their
+	// hold has ended. Nothing was taken.
+	ErrNotAdmitted = apperr.New(apperr.NotAdmitted, "this voucher sells through its waiting room: join it (POST /vouchers/{id}/room) and buy once admitted")
 )
 
 // View is an order as the API shows it.

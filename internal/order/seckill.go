@@ -172,7 +172,10 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	if err := v.Open(s.now()); err != nil {
 		return 0, err
 	}
-	if s.memory.knownSoldOut(voucherID) {
+	// A room's voucher is never remembered sold out: its buyers are
+	// admitted only while a unit is free, and an admitted buyer is never
+	// told sold_out.
+	if v.Room() == nil && s.memory.knownSoldOut(voucherID) {
 		return 0, ErrSoldOut
 	}
 	if s.memory.knownBuyer(voucherID, userID) {
@@ -246,7 +249,14 @@ func (m syncMode) take(ctx context.Context, v *voucher.Voucher, userID int64) (s
 	voucherID := v.ID
 	// Timed with the real clock, not m.now: a latency is not a date.
 	start := time.Now()
-	h, res, err := m.stocks.Take(ctx, voucherID, v.Parts(), userID)
+	var h stock.Hold
+	var res stock.Result
+	var err error
+	if v.Room() != nil {
+		h, res, err = m.stocks.TakeAdmitted(ctx, voucherID, userID)
+	} else {
+		h, res, err = m.stocks.Take(ctx, voucherID, v.Parts(), userID)
+	}
 	m.obs.Stage(StageStock, time.Since(start))
 	if err != nil {
 		// Nothing taken; or, if only the reply was lost, a unit under
@@ -278,6 +288,8 @@ func (m syncMode) take(ctx context.Context, v *voucher.Voucher, userID int64) (s
 		return h, 0, busyRetry() // the other request may yet fail: try again
 	case stock.Missing:
 		return h, 0, errStockMissing
+	case stock.NotAdmitted:
+		return h, 0, ErrNotAdmitted
 	}
 	return h, 0, fmt.Errorf("take stock: unknown answer %d from the script", res)
 }

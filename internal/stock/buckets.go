@@ -82,7 +82,7 @@ func BucketKeys(voucherID int64, n, b int) Keys {
 		return KeysOf(voucherID)
 	}
 	k := func(name string) string { return BucketKey(voucherID, n, b, name) }
-	return Keys{Stock: k("stock"), Buyers: k("buyers"), Holds: k("holds"), Claims: k("claims"), Returned: k("returned"), Dropped: k("dropped")}
+	return Keys{Stock: k("stock"), Buyers: k("buyers"), Holds: k("holds"), Claims: k("claims"), Returned: k("returned"), Dropped: k("dropped"), Admitted: k("room:admitted")}
 }
 
 // Home is the bucket where user is remembered as a buyer of a voucher of

@@ -1,6 +1,8 @@
 -- Close a hold (or a claim) whose order row is committed.
 --
 -- KEYS[1] holds (or claims), KEYS[2] buyers (of the same bucket)
+-- KEYS[3] the waiting room's admitted buyers (of the same bucket: empty
+--         without a room)
 -- ARGV[1] user ID
 -- ARGV[2] '1': remember the user as a buyer here (their home bucket), in
 --         case a reload from MySQL forgot them while the order was being
@@ -13,5 +15,7 @@
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[2] == '1' then
   redis.call('SADD', KEYS[2], ARGV[1])
+  -- The order is written: a room's hold on the unit ends here.
+  redis.call('ZREM', KEYS[3], ARGV[1])
 end
 return removed

@@ -21,7 +21,7 @@ import (
 func (s *Store) Confirm(ctx context.Context, h Hold) (bool, error) {
 	home, from := s.keys(h)
 	if h.From == h.Home {
-		removed, err := s.close(ctx, home.Holds, home.Buyers, h.User, true)
+		removed, err := s.close(ctx, home.Holds, home, h.User, true)
 		if err != nil {
 			return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
 		}
@@ -31,9 +31,9 @@ func (s *Store) Confirm(ctx context.Context, h Hold) (bool, error) {
 	// home, in two slots, so two scripts. Each on its own (package
 	// autopipe may still send them together): in a pipeline, a script the
 	// server does not know yet fails NOSCRIPT with no EVAL to fall back on.
-	removed, err := s.close(ctx, from.Holds, from.Buyers, h.User, false)
+	removed, err := s.close(ctx, from.Holds, from, h.User, false)
 	if err == nil {
-		_, err = s.close(ctx, home.Claims, home.Buyers, h.User, true)
+		_, err = s.close(ctx, home.Claims, home, h.User, true)
 	}
 	if err != nil {
 		return false, fmt.Errorf("confirm hold of user %d on voucher %d: %w", h.User, h.Voucher, err)
@@ -48,9 +48,10 @@ var (
 )
 
 // close runs confirm.lua: it closes user's entry in entries (holds or
-// claims) and, if remember, adds the user to buyers.
-func (s *Store) close(ctx context.Context, entries, buyers string, userID int64, remember bool) (bool, error) {
-	n, err := closeScript.Run(ctx, s.rdb, []string{entries, buyers}, userID, flag(remember)).Int()
+// claims, of k's bucket) and, if remember, adds the user to k's buyers
+// and ends their admission to a waiting room.
+func (s *Store) close(ctx context.Context, entries string, k Keys, userID int64, remember bool) (bool, error) {
+	n, err := closeScript.Run(ctx, s.rdb, []string{entries, k.Buyers, k.Admitted}, userID, flag(remember)).Int()
 	return n == 1, err
 }
 
@@ -169,7 +170,7 @@ func (s *Store) Settle(ctx context.Context, voucherID int64, n int, l Lapse, ord
 		// Any claim of the user's: "" stands for its deadline.
 		err = keepClaimScript.Run(ctx, s.rdb, []string{k.Claims, k.Buyers, k.Dropped}, l.User, "", order).Err()
 	} else {
-		_, err = s.close(ctx, entries, k.Buyers, l.User, home)
+		_, err = s.close(ctx, entries, k, l.User, home)
 	}
 	if err != nil {
 		return false, fmt.Errorf("close hold of user %d on voucher %d: %w", l.User, voucherID, err)

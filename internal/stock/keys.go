@@ -18,6 +18,12 @@ type Keys struct {
 	// Returned: the orders whose unit came back to this bucket after a
 	// cancel or a refund (returns.go), so that each comes back once.
 	Returned string
+	// Admitted: user -> the end of their hold, in ms: the buyers a
+	// waiting room admitted (package room, which owns the room's other
+	// keys). take.lua sells a room's voucher only to a buyer whose hold
+	// has not ended, and Confirm ends the hold. Always empty without a
+	// room, and for a voucher split into buckets (a room needs one).
+	Admitted string
 	// Dropped: user -> order ID, a claimed buyer's order that async mode
 	// dead-lettered while the request that queued it had not yet closed
 	// its claim (DropBuyer), so that the close forgets the buyer instead
@@ -28,7 +34,7 @@ type Keys struct {
 // KeysOf builds the keys of voucher id, of a voucher in one bucket. This
 // and BucketKeys are the only places that spell them.
 func KeysOf(id int64) Keys {
-	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims"), Returned: KeyOf(id, "returned"), Dropped: KeyOf(id, "dropped")}
+	return Keys{Stock: KeyOf(id, "stock"), Buyers: KeyOf(id, "buyers"), Holds: KeyOf(id, "holds"), Claims: KeyOf(id, "claims"), Returned: KeyOf(id, "returned"), Dropped: KeyOf(id, "dropped"), Admitted: KeyOf(id, "room:admitted")}
 }
 
 // KeyOf names another key of voucher id, in the same Redis Cluster slot as

@@ -69,6 +69,9 @@ const (
 	// AlreadyBuying: a request of the user holds a unit; if it fails,
 	// the user may buy again.
 	AlreadyBuying Result = 5
+	// NotAdmitted: the voucher has a waiting room (package room), and the
+	// user is not admitted, or their hold has ended.
+	NotAdmitted Result = 6
 )
 
 // Store reads and changes stock in Redis. It is safe for concurrent use.

@@ -33,10 +33,22 @@ var (
 // bucket at once, one per bucket with stock asked for a unit, and one to
 // claim the user at home.
 func (s *Store) Take(ctx context.Context, voucherID int64, n int, userID int64) (Hold, Result, error) {
+	return s.take(ctx, voucherID, n, userID, false)
+}
+
+// TakeAdmitted is Take for a voucher with a waiting room (package room),
+// which is never split: the unit goes only to a user whose admission has
+// not ended (else NotAdmitted), checked in the same script that takes it.
+func (s *Store) TakeAdmitted(ctx context.Context, voucherID int64, userID int64) (Hold, Result, error) {
+	return s.take(ctx, voucherID, 1, userID, true)
+}
+
+func (s *Store) take(ctx context.Context, voucherID int64, n int, userID int64, room bool) (Hold, Result, error) {
 	n = max(n, 1)
 	h := Hold{Voucher: voucherID, User: userID, Buckets: n, Home: Home(userID, n)}
 	h.From = h.Home
-	res, err := s.run(ctx, takeScript, BucketKeys(voucherID, n, h.Home).all(), userID, s.hold.Milliseconds())
+	k := BucketKeys(voucherID, n, h.Home)
+	res, err := s.run(ctx, takeScript, append(k.all(), k.Admitted), userID, s.hold.Milliseconds(), flag(room))
 	if n == 1 || err != nil || (res != SoldOut && res != SoldOutForNow) {
 		return h, res, err
 	}

@@ -69,7 +69,7 @@ func FuzzCreateInput(f *testing.F) {
 		if !web.BindJSON(c, &in) {
 			return
 		}
-		v, err := in.validate()
+		v, err := in.validate(time.Now())
 		if err != nil {
 			web.Error(c, log, err)
 			return

@@ -2,6 +2,7 @@ package voucher
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"seckill/internal/apperr"
 	"seckill/internal/lock"
+	"seckill/internal/room"
 	"seckill/internal/stock"
 )
 
@@ -46,6 +48,9 @@ type CreateInput struct {
 	// absent).
 	Price     *int64 `json:"price"`
 	PayWithin *int   `json:"pay_within"`
+	// Room gives the voucher a waiting room (package room); absent or
+	// null: none.
+	Room *room.Input `json:"room"`
 }
 
 // Guard refuses a repeated submission: Once fails if key was used within
@@ -58,17 +63,20 @@ type Guard interface {
 type Service struct {
 	db     *gorm.DB
 	stocks *stock.Store
+	rooms  *room.Store
 	guard  Guard
 	cache  *cache
+	now    func() time.Time
 	log    *slog.Logger
 }
 
-// NewService returns a Service.
-func NewService(db *gorm.DB, stocks *stock.Store, guard Guard, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{db: db, stocks: stocks, guard: guard, cache: newCache(now), log: log}
+// NewService returns a Service. rooms keeps the waiting rooms' lines; nil
+// refuses vouchers with a room.
+func NewService(db *gorm.DB, stocks *stock.Store, rooms *room.Store, guard Guard, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{db: db, stocks: stocks, rooms: rooms, guard: guard, cache: newCache(now), now: now, log: log}
 }
 
-func (in CreateInput) validate() (*Voucher, error) {
+func (in CreateInput) validate(now time.Time) (*Voucher, error) {
 	switch {
 	case in.Title == nil || strings.TrimSpace(*in.Title) == "":
 		return nil, apperr.Invalid("title is required")
@@ -109,6 +117,19 @@ func (in CreateInput) validate() (*Voucher, error) {
 	if in.PayWithin != nil {
 		v.PayWithin = *in.PayWithin
 	}
+	if in.Room != nil {
+		if v.Buckets > 1 {
+			return nil, apperr.Invalid("a voucher with a waiting room cannot be split into buckets: its line and its stock share one Redis slot")
+		}
+		c, err := in.Room.Config(now.UTC().Truncate(time.Millisecond), begin)
+		if err != nil {
+			return nil, err
+		}
+		hold := int(c.HoldFor / time.Second)
+		v.RoomOpensAt, v.RoomAdmitPerSecond, v.RoomHoldFor = &c.OpensAt, &c.AdmitPerSecond, &hold
+		v.RoomSeed = make([]byte, room.SeedSize)
+		rand.Read(v.RoomSeed) // crypto/rand: the draw's order must not be guessable before begin_time
+	}
 	return v, nil
 }
 
@@ -117,9 +138,12 @@ func (in CreateInput) validate() (*Voucher, error) {
 // click or a client retry with the same key is refused instead of creating
 // the voucher twice.
 func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in CreateInput) (View, error) {
-	v, err := in.validate()
+	v, err := in.validate(s.now())
 	if err != nil {
 		return View{}, err
+	}
+	if v.Room() != nil && s.rooms == nil {
+		return View{}, apperr.Invalid("this server keeps no waiting rooms")
 	}
 	if idemKey != "" && s.guard != nil {
 		err := s.guard.Once(ctx, fmt.Sprintf("idem:voucher:%d:%s", adminID, idemKey), idempotencyWindow)
@@ -143,8 +167,38 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 		}
 		return View{}, apperr.Down(err)
 	}
+	if sale := v.Room(); sale != nil {
+		// Before the 201, like the stock: an Admitter must know of the
+		// room by begin_time. If this fails, the voucher stays, without
+		// its room admitting anyone: undone like a failed stock.
+		if err := s.rooms.Register(ctx, v.ID); err != nil {
+			if derr := s.db.WithContext(context.WithoutCancel(ctx)).Delete(&Voucher{}, v.ID).Error; derr != nil {
+				s.log.ErrorContext(ctx, "undo voucher after Redis failed", "voucher", v.ID, "err", derr)
+			}
+			return View{}, apperr.Down(err)
+		}
+	}
 	s.cache.put(v)
-	return v.view(v.Stock), nil
+	out := v.view(v.Stock)
+	if sale := v.Room(); sale != nil {
+		rv := room.ConfigView(*sale, s.now())
+		out.Room = &rv
+	}
+	return out, nil
+}
+
+// withRoom adds v's room, as it is now, to out.
+func (s *Service) withRoom(ctx context.Context, v *Voucher, out View) (View, error) {
+	sale := v.Room()
+	if sale == nil || s.rooms == nil {
+		return out, nil
+	}
+	rv, err := s.rooms.View(ctx, *sale, s.now())
+	if err != nil {
+		return View{}, err
+	}
+	out.Room = &rv
+	return out, nil
 }
 
 // Get returns a voucher with the stock still sellable.
@@ -166,7 +220,7 @@ func (s *Service) Get(ctx context.Context, id int64) (View, error) {
 		}
 		left = row.Stock
 	}
-	return v.view(max(left, 0)), nil
+	return s.withRoom(ctx, v, v.view(max(left, 0)))
 }
 
 // Find returns a voucher's metadata, from memory after the first call.
@@ -247,7 +301,11 @@ func (s *Service) List(ctx context.Context, limit int, before int64) (Page, erro
 		if !ok[i] {
 			left[i] = rows[i].Stock
 		}
-		page.Vouchers = append(page.Vouchers, rows[i].view(max(left[i], 0)))
+		out, err := s.withRoom(ctx, &rows[i], rows[i].view(max(left[i], 0)))
+		if err != nil {
+			return Page{}, err
+		}
+		page.Vouchers = append(page.Vouchers, out)
 	}
 	return page, nil
 }

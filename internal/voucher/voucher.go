@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"seckill/internal/apperr"
+	"seckill/internal/room"
 )
 
 // Voucher is a row of vouchers.
@@ -37,6 +38,26 @@ type Voucher struct {
 	// then, and its unit goes back on sale).
 	Price     int64
 	PayWithin int `gorm:"default:900"`
+	// The waiting room (package room), nil without one: when it opens,
+	// how many buyers it admits a second, how long an admitted buyer
+	// holds a unit (seconds), and the seed of its draw, chosen at
+	// creation and shown from begin_time on.
+	RoomOpensAt        *time.Time
+	RoomAdmitPerSecond *int
+	RoomHoldFor        *int
+	RoomSeed           []byte
+}
+
+// Room is the voucher's waiting room as package room takes it; nil if it
+// has none.
+func (v *Voucher) Room() *room.Sale {
+	if v.RoomAdmitPerSecond == nil || v.RoomOpensAt == nil || v.RoomHoldFor == nil || len(v.RoomSeed) != room.SeedSize {
+		return nil
+	}
+	return &room.Sale{
+		VoucherID: v.ID, Begin: v.BeginTime, End: v.EndTime, Stock: v.InitialStock, Seed: v.RoomSeed,
+		Config: room.Config{OpensAt: *v.RoomOpensAt, AdmitPerSecond: *v.RoomAdmitPerSecond, HoldFor: time.Duration(*v.RoomHoldFor) * time.Second},
+	}
 }
 
 // Parts is the voucher's bucket count as package stock takes it: at least 1.
@@ -75,6 +96,8 @@ type View struct {
 	Buckets   int       `json:"buckets"`
 	Price     int64     `json:"price"`
 	PayWithin int       `json:"pay_within"`
+	// Room is the voucher's waiting room, absent if it has none.
+	Room *room.View `json:"room,omitempty"`
 }
 
 func (v *Voucher) view(stock int64) View {

@@ -48,6 +48,9 @@ const (
 	// AlreadyBuying: another request of the user holds a claim in their
 	// home bucket; if it fails, the user may buy again.
 	AlreadyBuying Result = 7
+	// NotAdmitted: the voucher has a waiting room (Entry.Room), and the
+	// user is not admitted, or their hold has ended.
+	NotAdmitted Result = 8
 )
 
 // Accept takes a unit of e's voucher for e's user and appends the order to

@@ -14,6 +14,8 @@
 --         a replay: the dead letters
 -- KEYS[8] the bucket's claims (package stock's: user -> deadline, buyers
 --         whose unit is being taken in another bucket)
+-- KEYS[9] the waiting room's admitted buyers (package stock's Admitted:
+--         user -> end of their hold in ms; empty without a room)
 -- ARGV[1] user ID   ARGV[2] voucher ID   ARGV[3] time accepted, in ms
 -- ARGV[4] the order's ID (a decimal string: Lua numbers cannot hold 63 bits)
 -- ARGV[5] a replay: the dead letter's entry ID; a new order: ''
@@ -23,13 +25,17 @@
 --         claimed in their home bucket (another slot: package stock's
 --         Claim), and this is the last moment, in ms by this server's
 --         clock, at which the unit may be taken for that claim
+-- ARGV[9] '1': the voucher has a waiting room: only a buyer whose
+--         admission has not ended may take a unit, and taking it ends
+--         the admission (a room's voucher is never split)
 --
 -- Returns 0 queued, 1 sold out, 2 already bought (the user holds an
 -- order), 3 stock key missing (reload it, then try again), 4 a new
 -- order's request was declared lost before it ran (its caller was already
 -- answered), 5 no such dead letter (replayed already), 6 the claim is too
 -- old (see ARGV[8]), 7 another request of the user holds a claim here (it
--- may yet fail, and the user buy again). Only 0 changes anything.
+-- may yet fail, and the user buy again), 8 not admitted by the voucher's
+-- waiting room. Only 0 changes anything.
 --
 -- Taking the unit, remembering the user and appending the order in one
 -- script means there is no moment at which one has happened without the
@@ -62,10 +68,22 @@ if not claimed and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   end
   return 2
 end
+local room = ARGV[9] == '1'
+if room then
+  local t = redis.call('TIME')
+  local untilMs = redis.call('ZSCORE', KEYS[9], ARGV[1])
+  if not untilMs or tonumber(untilMs) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+    return 8
+  end
+end
 if tonumber(stock) <= 0 then
   return 1
 end
 local id = ARGV[4]
+if room then
+  -- The order is accepted: the hold on its unit ends, in the same step.
+  redis.call('ZREM', KEYS[9], ARGV[1])
+end
 redis.call('DECR', KEYS[1])
 if not claimed then
   redis.call('SADD', KEYS[2], ARGV[1])

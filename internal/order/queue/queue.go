@@ -112,6 +112,9 @@ type Entry struct {
 	// Bucket the one its unit came from, in whose shard's stream the
 	// entry is.
 	Buckets, Bucket int
+	// Room: the voucher has a waiting room (package room), and only a
+	// buyer it admitted may take a unit. Never in the stream.
+	Room bool
 
 	// claim is the claim of the buyer at home while Accept takes a unit
 	// of another bucket (zero otherwise): Lost settles it. Never in the
@@ -174,13 +177,17 @@ func (e Entry) args(replay string, until int64) []any {
 	if until > 0 {
 		u = strconv.FormatInt(until, 10)
 	}
-	return []any{e.UserID, e.VoucherID, e.At.UnixMilli(), e.OrderID, replay, max(e.Buckets, 1), e.Bucket, u}
+	room := ""
+	if e.Room {
+		room = "1"
+	}
+	return []any{e.UserID, e.VoucherID, e.At.UnixMilli(), e.OrderID, replay, max(e.Buckets, 1), e.Bucket, u, room}
 }
 
 // keys are accept.lua's keys for e, the last one given.
 func (e Entry) keys(last string) []string {
 	k := stock.BucketKeys(e.VoucherID, e.Buckets, e.Bucket)
-	return []string{k.Stock, k.Buyers, StreamKey(e.shard()), pendingKey(e.shard()), e.acceptedKey(), e.queuedKey(), last, k.Claims}
+	return []string{k.Stock, k.Buyers, StreamKey(e.shard()), pendingKey(e.shard()), e.acceptedKey(), e.queuedKey(), last, k.Claims, k.Admitted}
 }
 
 // home is the bucket where e's user is remembered as a buyer.

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"seckill/internal/room"
+	"seckill/internal/testenv"
+)
+
+// A sale through a waiting room on three instances, in both modes, on the
+// real MariaDB and Redis. 150 buyers: 120 join before begin_time, 30 after;
+// each polls its place on any instance and presses once admitted, but one
+// in five never presses (its hold ends and its unit goes to the next
+// number), one in ten of the buyers cancels (the unit comes back and
+// admits the next), and 20 press before they are admitted. Afterwards:
+//
+//   - the seed matches the commitment published at creation, and the
+//     numbers of those who joined before begin_time are the draw's;
+//   - admission followed the numbers: every buyer admitted (ordered,
+//     holding, or whose hold ended) has a number at most the room's
+//     serving, and every one still waiting a higher one;
+//   - the room never admitted faster than its rate (serving sampled every
+//     100 ms: within admit_per_second * (t + 1));
+//   - no admitted buyer was told sold_out; everyone else's press was
+//     not_admitted, and made no order;
+//   - at rest, the lifecycle's invariants hold, and every order belongs to
+//     an admitted buyer.
+func TestWaitingRoomSale(t *testing.T) {
+	for _, mode := range []string{"sync", "async"} {
+		t.Run(mode, func(t *testing.T) {
+			redisDB := 0
+			if mode == "async" {
+				redisDB = 10 // the orders streams are one per Redis database
+			}
+			st := newStack(t, redisDB)
+			insts := startMany(t, st, 3, "SECKILL_MODE", mode)
+			admin, _ := mustLogin(t, insts[0].Base, adminPhone)
+			users := loginMany(t, insts[0].Base, 150)
+			const units, rate, hold = 40, 20, 5
+			begin := time.Now().Add(4 * time.Second).Truncate(time.Second)
+			vid := createVoucher(t, insts[0].Base, admin, units, begin, begin.Add(time.Hour),
+				"room", map[string]any{"admit_per_second": rate, "hold_for": hold})
+			v := mustCall(t, "GET", insts[1].Base+"/vouchers/"+vid, "", nil)
+			rm, _ := v.Body["room"].(map[string]any)
+			commitment, _ := rm["commitment"].(string)
+			if rm["seed"] != nil || len(commitment) != 64 || rm["state"] != "open" {
+				t.Fatalf("the room before begin_time: %s", v.Raw)
+			}
+
+			// Joins: 120 before begin_time, on any instance.
+			inst := func() string { return insts[rand.IntN(len(insts))].Base }
+			var wg sync.WaitGroup
+			for _, u := range users[:120] {
+				wg.Go(func() {
+					if r, err := call("POST", inst()+"/vouchers/"+vid+"/room", u.Token, nil); err != nil || r.Status != 200 {
+						t.Errorf("join before begin_time: %v %s", err, r.Raw)
+					}
+				})
+			}
+			wg.Wait()
+			if time.Now().After(begin) {
+				t.Fatal("the joins took past begin_time; the test needs a later start")
+			}
+
+			// The room's serving, sampled for the rate bound.
+			var servingMu sync.Mutex
+			type sample struct {
+				at      time.Time
+				serving int64
+			}
+			var samples []sample
+			done := make(chan struct{})
+			var watch sync.WaitGroup
+			watch.Go(func() {
+				for {
+					select {
+					case <-done:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					r, err := call("GET", inst()+"/vouchers/"+vid, "", nil)
+					if err != nil || r.Status != 200 {
+						continue
+					}
+					rm, _ := r.Body["room"].(map[string]any)
+					s, _ := rm["serving"].(string)
+					n, _ := strconv.ParseInt(s, 10, 64)
+					servingMu.Lock()
+					samples = append(samples, sample{time.Now(), n})
+					servingMu.Unlock()
+				}
+			})
+
+			// The buyers.
+			var l ledger
+			var mu sync.Mutex
+			admittedSoldOut, earlyPresses := 0, 0
+			pressers := map[string]bool{}
+			deadline := begin.Add(12 * time.Second)
+			for i, u := range users {
+				wg.Go(func() {
+					if i >= 120 { // joins after begin_time
+						time.Sleep(time.Until(begin) + time.Duration(rand.IntN(1500))*time.Millisecond)
+						if r, err := call("POST", inst()+"/vouchers/"+vid+"/room", u.Token, nil); err != nil || (r.Status != 200 && r.Code() != "sold_out") {
+							t.Errorf("join after begin_time: %v %s", err, r.Raw)
+							return
+						}
+					}
+					if i%7 == 0 { // presses before being admitted
+						time.Sleep(time.Until(begin) + time.Duration(rand.IntN(2000))*time.Millisecond)
+						if r, _ := call("GET", inst()+"/vouchers/"+vid+"/room", u.Token, nil); r.Str("state") != room.StateAdmitted {
+							o := buy(&l, inst(), u, vid)
+							mu.Lock()
+							earlyPresses++
+							mu.Unlock()
+							if o.Status == 200 || (o.Code != "not_admitted" && o.Code != "not_started") {
+								t.Errorf("a press before admission: %d %s", o.Status, o.Code)
+							}
+						}
+					}
+					for time.Now().Before(deadline) {
+						time.Sleep(150 * time.Millisecond)
+						r, err := call("GET", inst()+"/vouchers/"+vid+"/room", u.Token, nil)
+						if err != nil || r.Status != 200 {
+							continue
+						}
+						switch r.Str("state") {
+						case room.StateExpired, room.StateOrdered:
+							return
+						case room.StateAdmitted:
+							if i%5 == 4 {
+								continue // never presses: the hold ends
+							}
+							o := buy(&l, inst(), u, vid)
+							mu.Lock()
+							pressers[u.ID] = true
+							if o.Code == "sold_out" {
+								admittedSoldOut++
+							}
+							mu.Unlock()
+							if o.Status == 200 && i%10 == 3 {
+								if r, err := call("POST", inst()+"/orders/"+o.OrderID+"/cancel", u.Token, nil); err != nil || (r.Status != 200 && r.Code() != "invalid_state") {
+									t.Errorf("cancel: %v %s", err, r.Raw)
+								}
+							}
+							if o.Status == 200 || o.Code == "already_ordered" {
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(done)
+			watch.Wait()
+
+			if admittedSoldOut > 0 {
+				t.Errorf("%d admitted buyers were told sold_out", admittedSoldOut)
+			}
+			if earlyPresses == 0 {
+				t.Error("no press before admission was tried")
+			}
+			won := l.wins(t)
+			if len(won) < units/2 {
+				t.Errorf("only %d buyers won %d units", len(won), units)
+			}
+
+			// The rate bound, on the samples.
+			for i := range samples {
+				for j := i + 1; j < len(samples); j++ {
+					dt := samples[j].at.Sub(samples[i].at).Seconds()
+					// +0.3 s: a sample's answer is a moment old.
+					if got, bound := samples[j].serving-samples[i].serving, int64(rate*(dt+0.3+1)); got > bound {
+						t.Fatalf("serving went up %d in %.2f s, over %d a second", got, dt, rate)
+					}
+				}
+			}
+
+			// The draw: the seed matches the commitment, and the numbers
+			// are the HMAC order of those who joined before begin_time.
+			v = mustCall(t, "GET", insts[2].Base+"/vouchers/"+vid, "", nil)
+			rm, _ = v.Body["room"].(map[string]any)
+			seedHex, _ := rm["seed"].(string)
+			seed, err := hex.DecodeString(seedHex)
+			if sum := sha256.Sum256(seed); err != nil || hex.EncodeToString(sum[:]) != commitment {
+				t.Fatalf("seed %q does not match the commitment %s", seedHex, commitment)
+			}
+			// The room goes on admitting while the places are read: a
+			// number admitted is at most serving read after, and a
+			// number waiting above serving read before.
+			before, _ := strconv.ParseInt(rm["serving"].(string), 10, 64)
+			ids := make([]int64, 120)
+			byID := map[int64]user{}
+			for i, u := range users {
+				id, _ := strconv.ParseInt(u.ID, 10, 64)
+				byID[id] = u
+				if i < 120 {
+					ids[i] = id
+				}
+			}
+			admitted := map[string]bool{}
+			type check struct {
+				user, number int64
+				state        string
+			}
+			var checks []check
+			for i, id := range room.Draw(seed, ids) {
+				r := placeOf(t, inst()+"/vouchers/"+vid+"/room", byID[id].Token)
+				number, _ := strconv.ParseInt(r.Str("number"), 10, 64)
+				state := r.Str("state")
+				// A buyer whose hold ended and who joined again has a
+				// later number; nobody here joins again.
+				if number != int64(i+1) {
+					t.Errorf("user %d: number %d, want the draw's %d (%d %s)", id, number, i+1, r.Status, r.Raw)
+				}
+				if state == room.StateAdmitted || state == room.StateExpired || state == room.StateOrdered {
+					admitted[byID[id].ID] = true
+				}
+				checks = append(checks, check{id, number, state})
+			}
+			v = mustCall(t, "GET", insts[2].Base+"/vouchers/"+vid, "", nil)
+			rm, _ = v.Body["room"].(map[string]any)
+			after, _ := strconv.ParseInt(rm["serving"].(string), 10, 64)
+			for _, c := range checks {
+				switch c.state {
+				case room.StateAdmitted, room.StateExpired, room.StateOrdered:
+					if c.number > after {
+						t.Errorf("user %d (%s) has number %d above serving %d", c.user, c.state, c.number, after)
+					}
+				case room.StateWaiting, room.StateSoldOut:
+					if c.number <= before {
+						t.Errorf("user %d is still %s with number %d, at or below serving %d", c.user, c.state, c.number, before)
+					}
+				}
+			}
+			for _, u := range users[120:] {
+				if r := placeOf(t, inst()+"/vouchers/"+vid+"/room", u.Token); r.Str("state") != room.StateNone && r.Str("state") != room.StateWaiting && r.Str("state") != room.StateSoldOut {
+					admitted[u.ID] = true
+				}
+			}
+
+			// At rest: the lifecycle's invariants, and every order an
+			// admitted buyer's.
+			db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
+			s := waitRest(t, db, rdb, vid, 15*time.Second)
+			checkCounts(t, s)
+			holding := s.Rows.Sold - s.Rows.Cancelled - s.Rows.Refunded
+			if s.Stock < 0 || s.Stock+holding != units {
+				t.Errorf("stock %d + orders holding a unit %d, want %d", s.Stock, holding, units)
+			}
+			for id, owner := range s.Orders {
+				if !admitted[strconv.FormatInt(owner, 10)] {
+					t.Errorf("order %s belongs to user %d, never admitted", id, owner)
+				}
+			}
+			for u, id := range won {
+				if owner, ok := s.Orders[id]; !ok || strconv.FormatInt(owner, 10) != u {
+					t.Errorf("200 to user %s with order %s: row %v", u, id, ok)
+				}
+			}
+			for u, n := range s.Users {
+				if n > 1 {
+					t.Errorf("user %d holds %d orders", u, n)
+				}
+			}
+			if got := l.count(http.StatusConflict, "not_admitted"); got == 0 {
+				t.Error("no press was answered not_admitted")
+			}
+			t.Logf("%s: %d won, %d cancelled, serving %d of %d numbers, %d pressed; room %v", mode, len(won), s.Rows.Cancelled, after, 120+30, len(pressers), rm)
+			codes := map[string]int{}
+			for _, o := range l.all {
+				codes[strconv.Itoa(o.Status)+" "+o.Code]++
+			}
+			t.Logf("answers: %v", codes)
+		})
+	}
+}
+
+// placeOf reads a buyer's place, again if an instance was too busy to
+// answer (the race detector slows them ten times).
+func placeOf(t *testing.T, url, token string) reply {
+	t.Helper()
+	var r reply
+	for range 5 {
+		r = mustCall(t, "GET", url, token, nil)
+		if r.Status == http.StatusOK {
+			return r
+		}
+		t.Logf("GET %s: %d %s", url, r.Status, r.Raw)
+		time.Sleep(200 * time.Millisecond)
+	}
+	return r
+}

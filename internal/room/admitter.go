@@ -1,0 +1,120 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"seckill/internal/apperr"
+)
+
+// Admitter admits the next numbers of every room whose sale is on: each
+// instance runs one, a few times a second (AdmitEvery). They need not take
+// turns: admit.lua decides from what Redis holds, so any number of
+// Admitters together admit at the room's rate, and one alone does too.
+type Admitter struct {
+	store   *Store
+	find    Finder
+	restock Restocker
+	log     *slog.Logger
+	now     func() time.Time
+	// Admitted, if set, is told how many a call admitted (metrics).
+	Admitted func(voucherID int64, n int64)
+}
+
+// AdmitEvery is how often an Admitter admits: a buyer whose turn has come
+// is admitted within it (the contract gives a second).
+const AdmitEvery = 100 * time.Millisecond
+
+// NewAdmitter returns an Admitter of the rooms in store's index.
+func NewAdmitter(store *Store, find Finder, restock Restocker, now func() time.Time, log *slog.Logger) *Admitter {
+	return &Admitter{store: store, find: find, restock: restock, now: now, log: log}
+}
+
+// Run admits every `every` until ctx ends.
+func (a *Admitter) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var rooms []int64
+	var listed time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// The index changes when a voucher with a room is made: read it
+		// once a second, not at every tick.
+		if time.Since(listed) >= time.Second {
+			if ids, err := a.list(ctx); err == nil {
+				rooms, listed = ids, time.Now()
+			} else if ctx.Err() == nil {
+				a.log.WarnContext(ctx, "room: list the rooms", "err", err)
+			}
+		}
+		for _, id := range rooms {
+			if err := a.admit(ctx, id); err != nil && ctx.Err() == nil {
+				a.log.WarnContext(ctx, "room: admit", "voucher", id, "err", err)
+			}
+		}
+	}
+}
+
+func (a *Admitter) list(ctx context.Context) ([]int64, error) {
+	members, err := a.store.rdb.SMembers(ctx, indexKey).Result()
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, 0, len(members))
+	for _, m := range members {
+		if id, err := strconv.ParseInt(m, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// forgetAfter: a room is dropped from the index this long after its sale
+// ended (its keys stay, for the figures).
+const forgetAfter = time.Hour
+
+// admit admits what room id allows now, in as many calls as it takes.
+func (a *Admitter) admit(ctx context.Context, id int64) error {
+	sale, err := a.find(ctx, id)
+	if ae := (*apperr.Error)(nil); errors.As(err, &ae) && ae.Code == apperr.NotFound {
+		return nil // another database's voucher, on a Redis that several share
+	}
+	if err != nil || sale == nil {
+		return err
+	}
+	now := a.now()
+	switch {
+	case now.Before(sale.Begin.Add(-time.Second)):
+		return nil // nothing to admit yet (admit.lua checks Redis' clock)
+	case now.After(sale.End.Add(forgetAfter)):
+		return a.store.rdb.SRem(ctx, indexKey, id).Err()
+	case !now.Before(sale.End.Add(time.Second)):
+		return nil
+	}
+	for range 50 { // a long line, a high rate: a few calls; then the next tick
+		got, err := a.store.Admit(ctx, *sale)
+		if errors.Is(err, ErrStockMissing) {
+			if err := a.restock(ctx, id); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if a.Admitted != nil && got.Admitted > 0 {
+			a.Admitted(id, got.Admitted)
+		}
+		if got.Admitted < maxPerCall {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package room
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/apperr"
+	"seckill/internal/stock"
+)
+
+var (
+	//go:embed join.lua
+	joinSrc    string
+	joinScript = redis.NewScript(joinSrc)
+
+	//go:embed place.lua
+	placeSrc    string
+	placeScript = redis.NewScript(placeSrc)
+
+	//go:embed admit.lua
+	admitSrc    string
+	admitScript = redis.NewScript(admitSrc)
+)
+
+// The answers of the room, as the contract names them.
+var (
+	ErrNoRoom         = apperr.New(apperr.NotFound, "this voucher has no waiting room")
+	ErrNotOpen        = apperr.New(apperr.NotStarted, "the waiting room has not opened yet")
+	ErrEnded          = apperr.New(apperr.Ended, "the sale has ended")
+	ErrSoldOut        = apperr.New(apperr.SoldOut, "sold out: no unit is left that is neither sold nor held")
+	ErrAlreadyOrdered = apperr.New(apperr.AlreadyOrdered, "you already hold an order for this voucher")
+	// ErrStockMissing: Redis lost the voucher's stock keys; the caller
+	// reloads them (package order) and asks again.
+	ErrStockMissing = errors.New("room: the voucher's stock keys are missing")
+)
+
+// Store keeps the rooms' lines in Redis. It is safe for concurrent use.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// NewStore returns a Store on rdb.
+func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// keysOf are a voucher's room keys, in the order the scripts take them,
+// all in the slot of the voucher's stock keys (stock.KeyOf), which the
+// scripts read too.
+func keysOf(voucherID int64) []string {
+	k := stock.KeysOf(voucherID)
+	return []string{
+		stock.KeyOf(voucherID, "room:who"),
+		stock.KeyOf(voucherID, "room:pre"),
+		stock.KeyOf(voucherID, "room:late"),
+		stock.KeyOf(voucherID, "room:state"),
+		k.Admitted, k.Stock, k.Buyers,
+	}
+}
+
+// indexKey lists the vouchers that have a room, for the Admitter.
+const indexKey = "seckill:rooms"
+
+// Register adds a voucher with a room to the index the Admitters read.
+// The voucher's creation calls it, before it answers.
+func (s *Store) Register(ctx context.Context, voucherID int64) error {
+	if err := s.rdb.SAdd(ctx, indexKey, voucherID).Err(); err != nil {
+		return fmt.Errorf("register the room of voucher %d: %w", voucherID, err)
+	}
+	return nil
+}
+
+// Join puts userID in sale's line, or leaves the place they hold. It
+// reports whether the user joined now.
+func (s *Store) Join(ctx context.Context, sale Sale, userID int64) (bool, error) {
+	code, err := joinScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, Key(sale.Seed, userID),
+		sale.OpensAt.UnixMilli(), sale.Begin.UnixMilli(), sale.End.UnixMilli()).Int()
+	if err != nil {
+		return false, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
+	}
+	switch code {
+	case 0:
+		return true, nil
+	case 1:
+		return false, nil
+	case 2:
+		return false, ErrNotOpen
+	case 3:
+		return false, ErrEnded
+	case 4:
+		return false, ErrSoldOut
+	case 5:
+		return false, ErrAlreadyOrdered
+	case 6:
+		return false, ErrStockMissing
+	}
+	return false, fmt.Errorf("join the room of voucher %d: unknown answer %d", sale.VoucherID, code)
+}
+
+// The states of a place, as the contract names them.
+const (
+	StateNone     = "none"
+	StateWaiting  = "waiting"
+	StateAdmitted = "admitted"
+	StateExpired  = "expired"
+	StateOrdered  = "ordered"
+	StateSoldOut  = "sold_out"
+)
+
+// Place is a user's place in a room: GET /vouchers/{id}/room.
+type Place struct {
+	State   string  `json:"state"`
+	Number  *string `json:"number"`
+	Serving string  `json:"serving"`
+	// Ahead: buyers with lower numbers still waiting.
+	Ahead *int64 `json:"ahead"`
+	// ETASeconds: the server's estimate of the wait until admission.
+	ETASeconds    *int64     `json:"eta_seconds"`
+	AdmittedUntil *time.Time `json:"admitted_until"`
+}
+
+// snapshot is place.lua's answer.
+type snapshot struct {
+	state                string
+	number               int64 // -1: not drawn yet
+	serving, until, free int64
+	total                int64
+	now                  time.Time // Redis' clock
+}
+
+func (s *Store) read(ctx context.Context, sale Sale, userID string) (snapshot, error) {
+	v, err := placeScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, sale.Begin.UnixMilli()).Slice()
+	if err != nil || len(v) != 7 {
+		return snapshot{}, apperr.Down(fmt.Errorf("read the room of voucher %d: %w (%d fields)", sale.VoucherID, err, len(v)))
+	}
+	n := func(i int) int64 { x, _ := v[i].(int64); return x }
+	state, _ := v[0].(string)
+	return snapshot{state: state, number: n(1), serving: n(2), until: n(3), free: n(4), total: n(5), now: time.UnixMilli(n(6))}, nil
+}
+
+// Place reads userID's place in sale's room.
+func (s *Store) Place(ctx context.Context, sale Sale, userID int64) (Place, error) {
+	snap, err := s.read(ctx, sale, strconv.FormatInt(userID, 10))
+	if err != nil {
+		return Place{}, err
+	}
+	return snap.place(sale), nil
+}
+
+// place is the contract's view of a snapshot of one user.
+func (snap snapshot) place(sale Sale) Place {
+	p := Place{State: snap.state, Serving: strconv.FormatInt(snap.serving, 10)}
+	if snap.number > 0 {
+		n := strconv.FormatInt(snap.number, 10)
+		p.Number = &n
+	}
+	if snap.until >= 0 && (snap.state == StateAdmitted || snap.state == StateExpired) {
+		t := time.UnixMilli(snap.until).UTC()
+		p.AdmittedUntil = &t
+	}
+	if snap.state != StateWaiting {
+		return p
+	}
+	if snap.free <= 0 {
+		p.State = StateSoldOut
+	}
+	if snap.number < 0 {
+		return p // not drawn yet: neither its place nor its wait is known
+	}
+	ahead := max(snap.number-snap.serving-1, 0)
+	p.Ahead = &ahead
+	// Its turn comes after those ahead, at the room's rate, if there are
+	// units for all of them; beyond, it waits for holds to end or orders
+	// to be cancelled, which no one can foretell.
+	if snap.free > ahead {
+		eta := (ahead + int64(sale.AdmitPerSecond)) / int64(sale.AdmitPerSecond) // ceil((ahead+1)/rate)
+		if snap.now.Before(sale.Begin) {
+			eta += int64(sale.Begin.Sub(snap.now).Seconds())
+		}
+		p.ETASeconds = &eta
+	}
+	return p
+}
+
+// View is a voucher's room in the voucher's JSON.
+type View struct {
+	OpensAt        time.Time `json:"opens_at"`
+	AdmitPerSecond int       `json:"admit_per_second"`
+	HoldFor        int       `json:"hold_for"`
+	Commitment     string    `json:"commitment"`
+	// Seed is given from begin_time on (null before).
+	Seed    *string `json:"seed"`
+	State   string  `json:"state"` // "open" or "sold_out"
+	Serving string  `json:"serving"`
+	Waiting int64   `json:"waiting"`
+}
+
+// Room states in View.
+const (
+	RoomOpen    = "open"
+	RoomSoldOut = "sold_out"
+)
+
+// View reads sale's room as the voucher's JSON shows it, at now (which
+// decides whether the seed is shown).
+func (s *Store) View(ctx context.Context, sale Sale, now time.Time) (View, error) {
+	snap, err := s.read(ctx, sale, "")
+	if err != nil {
+		return View{}, err
+	}
+	v := ConfigView(sale, now)
+	v.Serving = strconv.FormatInt(snap.serving, 10)
+	v.Waiting = max(snap.total-snap.serving, 0)
+	if snap.free <= 0 {
+		v.State = RoomSoldOut
+	}
+	return v, nil
+}
+
+// ConfigView is the part of a room's View that Redis is not asked for:
+// what a voucher just created answers (nobody waits, nobody is served, and
+// its units are all free, unless it has none).
+func ConfigView(sale Sale, now time.Time) View {
+	v := View{OpensAt: sale.OpensAt.UTC(), AdmitPerSecond: sale.AdmitPerSecond, HoldFor: int(sale.HoldFor / time.Second),
+		Commitment: Commitment(sale.Seed), State: RoomOpen, Serving: "0"}
+	if sale.Stock <= 0 {
+		v.State = RoomSoldOut
+	}
+	if !now.Before(sale.Begin) {
+		seed := fmt.Sprintf("%x", sale.Seed)
+		v.Seed = &seed
+	}
+	return v
+}
+
+// Admission is what one call of Admit did.
+type Admission struct {
+	Admitted, Serving, Free, Total int64
+}
+
+// maxPerCall bounds one admit.lua: Redis runs nothing else meanwhile.
+const maxPerCall = 2000
+
+// Admit admits the next numbers of sale's room that its rate and its free
+// units allow now; ErrStockMissing if Redis lost the voucher's stock keys.
+func (s *Store) Admit(ctx context.Context, sale Sale) (Admission, error) {
+	keys := keysOf(sale.VoucherID)[:6]
+	v, err := admitScript.Run(ctx, s.rdb, keys, sale.Begin.UnixMilli(), sale.End.UnixMilli(),
+		sale.AdmitPerSecond, sale.HoldFor.Milliseconds(), maxPerCall).Int64Slice()
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit to the room of voucher %d: %w", sale.VoucherID, err)
+	}
+	if len(v) == 1 {
+		return Admission{}, ErrStockMissing
+	}
+	return Admission{Admitted: v[0], Serving: v[1], Free: v[2], Total: v[3]}, nil
+}
