@@ -122,7 +122,7 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// A voucher's waiting room (package room): join the line, see where
 	// you stand, and follow it as it moves. The buy button of a room's
 	// voucher sells to admitted buyers only (package order, stock).
-	rooms := room.NewHandler(a.rooms, a.findRoom, a.orders.Restock, a.liveDone.Done(), log)
+	rooms := room.NewHandler(a.rooms, a.findRoom, a.orders.Restock, a.metrics, a.liveDone.Done(), log)
 	r.POST("/vouchers/:id/room", authn, rooms.Join)
 	r.GET("/vouchers/:id/room", authn, rooms.Place)
 	r.GET(roomEventsRoute, authn, rooms.Events)

@@ -67,13 +67,18 @@ type Metrics struct {
 	cancelled map[string]prometheus.Counter // by reason; read-only after New
 	refunded  prometheus.Counter
 	returned  prometheus.Counter
+	// The waiting rooms (package room): joins, admissions, holds that
+	// ended without an order, and the wait from joining (or from the
+	// draw, for who joined before it) to admission.
+	joins, admissions, expired prometheus.Counter
+	wait                       prometheus.Observer
 }
 
 // codes are the contract's error codes (apperr), each a value of the
 // answers' code label.
 var codes = []apperr.Code{
 	apperr.InvalidArgument, apperr.Unauthorized, apperr.Forbidden, apperr.NotFound,
-	apperr.NotStarted, apperr.Ended, apperr.SoldOut, apperr.AlreadyOrdered,
+	apperr.NotStarted, apperr.Ended, apperr.NotAdmitted, apperr.SoldOut, apperr.AlreadyOrdered,
 	apperr.InvalidState, apperr.Busy, apperr.Unavailable, apperr.Internal,
 }
 
@@ -172,6 +177,16 @@ func New(log *slog.Logger) *Metrics {
 	}
 	m.paid = lifecycle("seckill_orders_paid_total", "Orders paid: payment events applied (POST /payments/webhook).")
 	m.refunded = lifecycle("seckill_orders_refunded_total", "Paid orders refunded, by their buyer or an admin.")
+	m.joins = lifecycle("seckill_room_joins_total", "Buyers who joined a waiting room (joining again, for the same place, is not counted).")
+	m.admissions = lifecycle("seckill_room_admissions_total", "Buyers a waiting room admitted, by this instance's Admitter.")
+	m.expired = lifecycle("seckill_room_holds_expired_total", "Admissions that ended without an order (the unit went to the next number), seen by this instance's Admitter.")
+	wait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seckill_room_wait_seconds",
+		Help:    "Seconds from joining a waiting room (or from begin_time, for who joined before the draw) to admission, of the buyers this instance's Admitter admitted.",
+		Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
+	})
+	reg.MustRegister(wait)
+	m.wait = wait
 	m.returned = lifecycle("seckill_units_returned_total",
 		"Units of cancelled and refunded orders put back on sale in Redis. Equal, at rest, to cancelled plus refunded orders.")
 	cancelled := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -272,6 +287,20 @@ func (m *Metrics) Refunded() { m.refunded.Inc() }
 
 // Returned implements order.Observer.
 func (m *Metrics) Returned() { m.returned.Inc() }
+
+// Joined, Admitted and HoldsExpired implement room.Observer.
+func (m *Metrics) Joined() { m.joins.Inc() }
+
+// Admitted counts buyers admitted, each with their wait.
+func (m *Metrics) Admitted(waits []time.Duration) {
+	m.admissions.Add(float64(len(waits)))
+	for _, w := range waits {
+		m.wait.Observe(w.Seconds())
+	}
+}
+
+// HoldsExpired counts holds that ended without an order.
+func (m *Metrics) HoldsExpired(n int) { m.expired.Add(float64(n)) }
 
 // ConsumerBatch counts one transaction of async mode's consumer that
 // settled n entries (queue.Config.OnBatch).

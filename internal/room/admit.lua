@@ -2,14 +2,17 @@
 -- the room's rate, and never more holding a unit than there are units.
 --
 -- KEYS[1] who   KEYS[2] pre   KEYS[3] late   KEYS[4] state
--- KEYS[5] admitted   KEYS[6] stock (join.lua's; not buyers)
+-- KEYS[5] admitted   KEYS[6] stock   KEYS[7] joined (join.lua's; not buyers)
 -- ARGV[1] begin_time  ARGV[2] end_time (ms)
 -- ARGV[3] admit_per_second   ARGV[4] hold_for (ms)
 -- ARGV[5] the most to admit in this call (a script blocks Redis while it
 --         runs: a long line is admitted over several calls)
 --
--- Returns {admitted, serving, free, total}, or {-1} when the stock key is
--- missing (Redis lost it: reload the voucher first).
+-- Returns {admitted, serving, free, total, ended, wait...}, or {-1} when
+-- the stock key is missing (Redis lost it: reload the voucher first).
+-- ended: the holds that ended without an order since the last call, of
+-- any instance (each counted once); wait: for each buyer admitted now, the
+-- ms they waited, from joining or, drawn, from begin_time.
 --
 -- The rate is a token bucket kept in the state hash: `credit` grows by
 -- admit_per_second a second, up to admit_per_second, and each admission
@@ -31,8 +34,10 @@ local drawn = redis.call('ZCARD', KEYS[2])
 local total = drawn + tonumber(redis.call('HGET', KEYS[4], 'late') or '0')
 local free = tonumber(stock) - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 if now < tonumber(ARGV[1]) or now >= tonumber(ARGV[2]) then
-  return {0, serving, free, total}
+  return {0, serving, free, total, 0}
 end
+local swept = tonumber(redis.call('HGET', KEYS[4], 'swept') or '0')
+local ended = redis.call('ZCOUNT', KEYS[5], '(' .. swept, now)
 local rate = tonumber(ARGV[3])
 local credit = rate
 local last = tonumber(redis.call('HGET', KEYS[4], 'last') or '-1')
@@ -40,6 +45,7 @@ if last >= 0 then
   credit = math.min(rate, tonumber(redis.call('HGET', KEYS[4], 'credit')) + rate * (now - last) / 1000)
 end
 local admitted, most = 0, tonumber(ARGV[5])
+local waits = {}
 while credit >= 1 and free > 0 and serving < total and admitted < most do
   local n = serving + 1
   local user, want
@@ -56,7 +62,16 @@ while credit >= 1 and free > 0 and serving < total and admitted < most do
   if redis.call('HGET', KEYS[1], user) == want then
     redis.call('ZADD', KEYS[5], now + tonumber(ARGV[4]), user)
     credit, free, admitted = credit - 1, free - 1, admitted + 1
+    local from = tonumber(ARGV[1])
+    if n > drawn then
+      from = tonumber(redis.call('HGET', KEYS[7], user) or ARGV[1])
+    end
+    waits[#waits + 1] = now - from
   end
 end
-redis.call('HSET', KEYS[4], 'serving', serving, 'credit', tostring(credit), 'last', now)
-return {admitted, serving, free, total}
+redis.call('HSET', KEYS[4], 'serving', serving, 'credit', tostring(credit), 'last', now, 'swept', now)
+local out = {admitted, serving, free, total, ended}
+for _, w in ipairs(waits) do
+  out[#out + 1] = w
+end
+return out

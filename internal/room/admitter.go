@@ -18,10 +18,18 @@ type Admitter struct {
 	store   *Store
 	find    Finder
 	restock Restocker
+	obs     Observer
 	log     *slog.Logger
 	now     func() time.Time
-	// Admitted, if set, is told how many a call admitted (metrics).
-	Admitted func(voucherID int64, n int64)
+}
+
+// Observer is told what the rooms do (package metrics); nil tells nobody.
+type Observer interface {
+	Joined()
+	// Admitted: buyers admitted, each with how long they waited.
+	Admitted(waits []time.Duration)
+	// HoldsExpired: holds that ended without an order.
+	HoldsExpired(n int)
 }
 
 // AdmitEvery is how often an Admitter admits: a buyer whose turn has come
@@ -29,8 +37,8 @@ type Admitter struct {
 const AdmitEvery = 100 * time.Millisecond
 
 // NewAdmitter returns an Admitter of the rooms in store's index.
-func NewAdmitter(store *Store, find Finder, restock Restocker, now func() time.Time, log *slog.Logger) *Admitter {
-	return &Admitter{store: store, find: find, restock: restock, now: now, log: log}
+func NewAdmitter(store *Store, find Finder, restock Restocker, obs Observer, now func() time.Time, log *slog.Logger) *Admitter {
+	return &Admitter{store: store, find: find, restock: restock, obs: obs, now: now, log: log}
 }
 
 // Run admits every `every` until ctx ends.
@@ -109,8 +117,13 @@ func (a *Admitter) admit(ctx context.Context, id int64) error {
 		if err != nil {
 			return err
 		}
-		if a.Admitted != nil && got.Admitted > 0 {
-			a.Admitted(id, got.Admitted)
+		if a.obs != nil {
+			if len(got.Waits) > 0 {
+				a.obs.Admitted(got.Waits)
+			}
+			if got.Ended > 0 {
+				a.obs.HoldsExpired(int(got.Ended))
+			}
 		}
 		if got.Admitted < maxPerCall {
 			return nil

@@ -28,6 +28,7 @@ type Handler struct {
 	store   *Store
 	find    Finder
 	restock Restocker
+	obs     Observer
 	feeds   *feeds
 	log     *slog.Logger
 	done    <-chan struct{}
@@ -35,8 +36,8 @@ type Handler struct {
 
 // NewHandler returns a Handler. done closes when the server shuts down,
 // ending the event streams.
-func NewHandler(store *Store, find Finder, restock Restocker, done <-chan struct{}, log *slog.Logger) *Handler {
-	return &Handler{store: store, find: find, restock: restock, feeds: newFeeds(store, log), done: done, log: log}
+func NewHandler(store *Store, find Finder, restock Restocker, obs Observer, done <-chan struct{}, log *slog.Logger) *Handler {
+	return &Handler{store: store, find: find, restock: restock, obs: obs, feeds: newFeeds(store, log), done: done, log: log}
 }
 
 // sale finds the room of the request's voucher, or answers the error.
@@ -64,17 +65,20 @@ func (h *Handler) Join(c *gin.Context) {
 		return
 	}
 	ctx, user := c.Request.Context(), auth.From(c).UserID
-	_, err := h.store.Join(ctx, *sale, user)
+	joined, err := h.store.Join(ctx, *sale, user)
 	if errors.Is(err, ErrStockMissing) {
 		// Redis lost the voucher's keys: put the stock back from MySQL
 		// (and the buyers with it), then join.
 		if err = h.restock(ctx, sale.VoucherID); err == nil {
-			_, err = h.store.Join(ctx, *sale, user)
+			joined, err = h.store.Join(ctx, *sale, user)
 		}
 	}
 	if err != nil {
 		web.Error(c, h.log, err)
 		return
+	}
+	if joined && h.obs != nil {
+		h.obs.Joined()
 	}
 	h.answerPlace(c, sale, user)
 }

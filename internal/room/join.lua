@@ -10,6 +10,8 @@
 -- KEYS[4] state     (hash: serving, late, credit, last)
 -- KEYS[5] admitted  (sorted set: user -> end of their hold, in ms)
 -- KEYS[6] stock     KEYS[7] buyers (package stock's keys of the voucher)
+-- KEYS[8] joined    (hash: user -> when they joined from begin_time on, in
+--                    ms: their wait's start, for the metrics)
 -- ARGV[1] user ID   ARGV[2] HMAC-SHA256(seed, user ID), lower-case hex
 -- ARGV[3] opens_at  ARGV[4] begin_time   ARGV[5] end_time (ms)
 --
@@ -59,5 +61,6 @@ else
   local n = redis.call('HINCRBY', KEYS[4], 'late', 1)
   redis.call('HSET', KEYS[3], n, ARGV[1])
   redis.call('HSET', KEYS[1], ARGV[1], 'l:' .. n)
+  redis.call('HSET', KEYS[8], ARGV[1], now)
 end
 return 0

@@ -237,8 +237,17 @@ func TestHoldsNeverExceedStock(t *testing.T) {
 	// The holds end: the next three are admitted, and the first three may
 	// join again, at the back.
 	time.Sleep(room.MinHoldFor + 100*time.Millisecond)
-	if _, err := r.store.Admit(ctx, r.sale); err != nil {
+	a, err := r.store.Admit(ctx, r.sale)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Counted once, whichever instance's call saw them end; and the
+	// drawn buyers waited from begin_time.
+	if a.Ended != 3 || len(a.Waits) != 3 || a.Waits[0] < room.MinHoldFor {
+		t.Errorf("the second round: %d holds ended, waits %v; want 3 ended and 3 waits past the first holds", a.Ended, a.Waits)
+	}
+	if again, _ := r.store.Admit(ctx, r.sale); again.Ended != 0 {
+		t.Errorf("the same ended holds counted again: %d", again.Ended)
 	}
 	for i, u := range order {
 		p := r.place(t, u)

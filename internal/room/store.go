@@ -59,6 +59,7 @@ func keysOf(voucherID int64) []string {
 		stock.KeyOf(voucherID, "room:late"),
 		stock.KeyOf(voucherID, "room:state"),
 		k.Admitted, k.Stock, k.Buyers,
+		stock.KeyOf(voucherID, "room:joined"),
 	}
 }
 
@@ -240,6 +241,10 @@ func ConfigView(sale Sale, now time.Time) View {
 // Admission is what one call of Admit did.
 type Admission struct {
 	Admitted, Serving, Free, Total int64
+	// Ended: holds that ended without an order since the last call (of
+	// any instance). Waits: how long each buyer admitted now waited.
+	Ended int64
+	Waits []time.Duration
 }
 
 // maxPerCall bounds one admit.lua: Redis runs nothing else meanwhile.
@@ -248,14 +253,19 @@ const maxPerCall = 2000
 // Admit admits the next numbers of sale's room that its rate and its free
 // units allow now; ErrStockMissing if Redis lost the voucher's stock keys.
 func (s *Store) Admit(ctx context.Context, sale Sale) (Admission, error) {
-	keys := keysOf(sale.VoucherID)[:6]
+	k := keysOf(sale.VoucherID)
+	keys := []string{k[0], k[1], k[2], k[3], k[4], k[5], k[7]}
 	v, err := admitScript.Run(ctx, s.rdb, keys, sale.Begin.UnixMilli(), sale.End.UnixMilli(),
 		sale.AdmitPerSecond, sale.HoldFor.Milliseconds(), maxPerCall).Int64Slice()
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit to the room of voucher %d: %w", sale.VoucherID, err)
 	}
-	if len(v) == 1 {
+	if len(v) < 5 {
 		return Admission{}, ErrStockMissing
 	}
-	return Admission{Admitted: v[0], Serving: v[1], Free: v[2], Total: v[3]}, nil
+	a := Admission{Admitted: v[0], Serving: v[1], Free: v[2], Total: v[3], Ended: v[4]}
+	for _, w := range v[5:] {
+		a.Waits = append(a.Waits, time.Duration(w)*time.Millisecond)
+	}
+	return a, nil
 }
