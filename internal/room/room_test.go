@@ -44,7 +44,7 @@ type rig struct {
 	sale  room.Sale
 }
 
-func newRig(t *testing.T, units int64, rate int, begin time.Duration, hold time.Duration) *rig {
+func newRig(t testing.TB, units int64, rate int, begin time.Duration, hold time.Duration) *rig {
 	t.Helper()
 	rdb := testenv.Redis(t, 0)
 	id := testenv.ID()
