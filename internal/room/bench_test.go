@@ -86,4 +86,3 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	})
 }
-
