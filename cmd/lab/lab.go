@@ -43,6 +43,7 @@ var experiments = []experiment{
 	inProcessQueue,
 	orderIDs,
 	payDeadline,
+	roomTwoSteps,
 }
 
 // numbers gives each experiment its number, by name, from its place in
