@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/hex"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,6 +250,11 @@ func TestWaitingRoomSale(t *testing.T) {
 				}
 			}
 
+			// The live page shows the line.
+			if line := liveRoom(t, insts[0].Base, vid); line["commitment"] != commitment || line["seed"] != seedHex || line["serving"] == nil || line["held"] == nil {
+				t.Errorf("the live page's room: %v", line)
+			}
+
 			// At rest: the lifecycle's invariants, and every order an
 			// admitted buyer's.
 			db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
@@ -297,4 +306,33 @@ func placeOf(t *testing.T, url, token string) reply {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return r
+}
+
+// liveRoom reads the first figures of the live page's stream of voucher
+// vid and returns their room.
+func liveRoom(t *testing.T, base, vid string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/live/"+vid+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var f struct {
+				Room map[string]any `json:"room"`
+			}
+			if err := json.Unmarshal([]byte(data), &f); err != nil {
+				t.Fatal(err)
+			}
+			return f.Room
+		}
+	}
+	t.Fatalf("no figures from the live stream: %v", sc.Err())
+	return nil
 }

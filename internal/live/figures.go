@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/order/queue"
+	"seckill/internal/room"
 	"seckill/internal/stock"
 	"seckill/internal/voucher"
 )
@@ -53,12 +54,23 @@ type Figures struct {
 	// entries not yet read plus read and not yet written, of all
 	// vouchers.
 	Queue *int64 `json:"queue"`
+	// Room is the voucher's waiting room (package room), nil if it has
+	// none.
+	Room *RoomFigures `json:"room,omitempty"`
+}
+
+// RoomFigures are a waiting room's: as the voucher's JSON shows it, and
+// the units its admitted buyers hold.
+type RoomFigures struct {
+	room.View
+	Held int64 `json:"held"`
 }
 
 // Source reads a sale's figures.
 type Source struct {
 	db       *gorm.DB
 	rdb      redis.UniversalClient
+	rooms    *room.Store
 	vouchers *voucher.Service
 	stocks   *stock.Store
 	queue    func(context.Context) (queue.Stats, error) // nil in sync mode
@@ -68,7 +80,7 @@ type Source struct {
 // NewSource returns a Source; queueStats is async mode's queue statistics, nil
 // in sync mode.
 func NewSource(db *gorm.DB, rdb redis.UniversalClient, vouchers *voucher.Service, stocks *stock.Store, queueStats func(context.Context) (queue.Stats, error), now func() time.Time) *Source {
-	return &Source{db: db, rdb: rdb, vouchers: vouchers, stocks: stocks, queue: queueStats, now: now}
+	return &Source{db: db, rdb: rdb, rooms: room.NewStore(rdb), vouchers: vouchers, stocks: stocks, queue: queueStats, now: now}
 }
 
 // Read returns voucherID's figures now; the answers are those of the last
@@ -127,6 +139,13 @@ func (s *Source) Read(ctx context.Context, voucherID int64) (Figures, error) {
 	}
 	f.P50MS, f.P99MS = percentile(lat, 0.50), percentile(lat, 0.99)
 
+	if sale := v.Room(); sale != nil {
+		line, held, err := s.rooms.Line(ctx, *sale, now)
+		if err != nil {
+			return Figures{}, err
+		}
+		f.Room = &RoomFigures{View: line, Held: held}
+	}
 	if s.queue != nil {
 		st, err := s.queue(ctx)
 		if err != nil {

@@ -43,7 +43,7 @@ import (
 // without a token, or for an ID that is no voucher, is nobody buying
 // anything, and counting it would let anyone, without an account, fill
 // the Recorder with made-up vouchers (see Middleware).
-var Outcomes = []string{"ok", "sold_out", "already_ordered", "busy", "not_started", "ended", "unavailable", "forbidden", "internal"}
+var Outcomes = []string{"ok", "sold_out", "already_ordered", "not_admitted", "busy", "not_started", "ended", "unavailable", "forbidden", "internal"}
 
 var outcomeIndex = func() map[string]int {
 	m := map[string]int{}
@@ -157,7 +157,7 @@ func (r *Recorder) Middleware(route string) gin.HandlerFunc {
 
 // afterLookup reports whether the buy button's answer in c proves that
 // the voucher exists: a 200, or a 409 (not_started, ended, sold_out,
-// already_ordered), which on this route only the seckill flow answers, and
+// already_ordered, not_admitted), which on this route only the seckill flow answers, and
 // only after it found the voucher (voucher.Service.Find, which fails with
 // not_found or unavailable). Nothing else proves it: a request without a
 // token (401), a malformed ID (400) or one over the user's rate or the

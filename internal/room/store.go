@@ -213,13 +213,33 @@ func (s *Store) View(ctx context.Context, sale Sale, now time.Time) (View, error
 	if err != nil {
 		return View{}, err
 	}
+	return snap.view(sale, now), nil
+}
+
+// view is the room as a snapshot of its figures shows it.
+func (snap snapshot) view(sale Sale, now time.Time) View {
 	v := ConfigView(sale, now)
 	v.Serving = strconv.FormatInt(snap.serving, 10)
 	v.Waiting = max(snap.total-snap.serving, 0)
 	if snap.free <= 0 {
 		v.State = RoomSoldOut
 	}
-	return v, nil
+	return v
+}
+
+// Line is View with the units the room's admitted buyers hold now (for
+// the live page).
+func (s *Store) Line(ctx context.Context, sale Sale, now time.Time) (View, int64, error) {
+	snap, err := s.read(ctx, sale, "")
+	if err != nil {
+		return View{}, 0, err
+	}
+	v := snap.view(sale, now)
+	left, err := s.rdb.Get(ctx, stock.KeysOf(sale.VoucherID).Stock).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return View{}, 0, apperr.Down(err)
+	}
+	return v, max(left-snap.free, 0), nil
 }
 
 // ConfigView is the part of a room's View that Redis is not asked for:
