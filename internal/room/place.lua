@@ -31,7 +31,10 @@ if ARGV[1] ~= '' then
     if string.sub(mine, 1, 2) == 'l:' then
       number = drawn + tonumber(string.sub(mine, 3))
     elseif now >= tonumber(ARGV[2]) then
-      number = redis.call('ZRANK', KEYS[2], string.sub(mine, 3) .. ':' .. ARGV[1]) + 1
+      local rank = redis.call('ZRANK', KEYS[2], string.sub(mine, 3) .. ':' .. ARGV[1])
+      if rank then
+        number = rank + 1
+      end
     end
     if untilMs < 0 then
       state = 'waiting'
