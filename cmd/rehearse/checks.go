@@ -47,7 +47,7 @@ func check(r *Run) []Check {
 	}
 	orderIDs := map[string]bool{}
 	for _, a := range r.Attempts {
-		if a.Status == 200 {
+		if a.sold() {
 			orderIDs[a.Order] = true
 		}
 	}
@@ -139,7 +139,7 @@ func check(r *Run) []Check {
 	early := Check{Name: "no 200 before begin_time"}
 	n := 0
 	for _, a := range r.Attempts {
-		if a.Status == 200 && a.Done < 0 {
+		if a.sold() && a.Done < 0 {
 			n++
 			early.Cases = append(early.Cases, fmt.Sprintf("user %s answered 200 at %s", r.Users[a.User].ID, ms(a.Done)))
 		}
@@ -153,7 +153,7 @@ func check(r *Run) []Check {
 	early.Verdict = verdict(n == 0)
 	early.Figures = fmt.Sprintf("%d presses answered before the start, %d of them 200; %d orders created before it",
 		countIf(r.Attempts, func(a Attempt) bool { return a.Done < 0 && a.Kind == "" }),
-		countIf(r.Attempts, func(a Attempt) bool { return a.Done < 0 && a.Status == 200 }),
+		countIf(r.Attempts, func(a Attempt) bool { return a.Done < 0 && a.sold() }),
 		countIfOrders(r.After.Orders, func(o OrderSeen) bool { return o.Status == 200 && o.Created.Before(r.Voucher.Begin) }))
 
 	// No order after a refusal. A user's own answers can betray one: told
@@ -221,7 +221,7 @@ func serverOrders(r *Run) (n int64, ok bool) {
 func winsByUser(r *Run) map[int][]string {
 	out := map[int][]string{}
 	for _, a := range r.Attempts {
-		if a.Status == 200 {
+		if a.sold() {
 			out[a.User] = append(out[a.User], a.Order)
 		}
 	}

@@ -136,7 +136,7 @@ func (d *driver) since() time.Duration { return time.Since(d.t0) }
 // drive runs the crowd to its end and returns the attempts, in the order
 // they were answered.
 func (d *driver) drive(ctx context.Context, plans []plan, users []User) []Attempt {
-	d.jitter = rand.New(rand.NewPCG(d.shape.Seed, 0x8ac0ff))
+	d.jitter = newJitter(d.shape.Seed)
 	if d.shape.Conns == "shared" {
 		d.shared = &http.Client{Timeout: d.shape.Timeout, Transport: transport(1024)}
 	}
@@ -244,6 +244,17 @@ func (d *driver) backoff(n int) time.Duration {
 	return time.Duration(d.jitter.Int64N(int64(bound) + 1))
 }
 
+// newJitter is the random source of the crowd's waits: seeded, so that a
+// seed makes the same crowd, and guarded by driver.rng.
+func newJitter(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x8ac0ff)) }
+
+// normal draws from the standard normal distribution.
+func (d *driver) normal() float64 {
+	d.rng.Lock()
+	defer d.rng.Unlock()
+	return d.jitter.NormFloat64()
+}
+
 // press sends one press at due (waiting until then) and logs it. ok is
 // false when the run ended before it could be sent.
 func (d *driver) press(ctx context.Context, cl *http.Client, u, try int, due time.Duration) (Attempt, bool) {
@@ -277,9 +288,7 @@ func (d *driver) press(ctx context.Context, cl *http.Client, u, try int, due tim
 			a.Code = "http_" + strconv.Itoa(resp.StatusCode)
 		}
 	}
-	d.mu.Lock()
-	d.attempts = append(d.attempts, a)
-	d.mu.Unlock()
+	d.log(a)
 	return a, true
 }
 

@@ -16,6 +16,12 @@ import (
 // is first come, first served gives the stock to the first clickers; a
 // lottery gives it to anyone. The figures below say which this sale was,
 // and who got ahead when it was not.
+//
+// With a waiting room a user presses when the room admits them, so the
+// press says nothing of when they came: their click is when they joined
+// the line. The room draws lots among those who joined before the start
+// (docs/api.md, "The draw") and serves the rest in order: the figures of
+// such a sale should look like a lottery for the early and a line after.
 type Fairness struct {
 	Clickers int           `json:"clickers"` // users who pressed at or after the start
 	Winners  int           `json:"winners"`
@@ -77,7 +83,7 @@ func fairness(r *Run, delta time.Duration) Fairness {
 	var cs []clicker
 	for u := range r.Users {
 		for _, a := range attemptsOf(r, u) {
-			if a.Kind == "" && a.Due >= 0 {
+			if (!r.Voucher.Room && a.Kind == "" && a.Due >= 0) || (r.Voucher.Room && a.Kind == "join") {
 				cs = append(cs, clicker{u, a.Due, len(wins[u]) > 0})
 				break
 			}

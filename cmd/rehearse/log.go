@@ -100,6 +100,9 @@ const (
 	codeConnError = "conn_error" // the connection failed or was closed
 )
 
+// sold reports whether the attempt was a press answered 200: a sale.
+func (a Attempt) sold() bool { return a.Kind == "" && a.Status == 200 }
+
 func (a Attempt) latency() time.Duration  { return a.Done - a.Due }
 func (a Attempt) lateness() time.Duration { return a.Sent - a.Due }
 

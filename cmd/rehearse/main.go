@@ -189,7 +189,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if c.room == "both" {
 		// The same crowd (the same seed) twice, on two vouchers: without
-		// the room, then with it, the first drawn beside the second.
+		// the room, then with it, the first drawn beside the second. The
+		// admin logs in once: a phone gets one code a minute.
+		if c.adminToken == "" && c.voucher == "" {
+			if c.adminToken, err = adminLogin(ctx, c); err != nil {
+				return err
+			}
+		}
 		cOff, cOn := c, c
 		cOff.room, cOff.out, cOff.label = "off", c.out+"-without-room", "without a room"
 		cOn.room, cOn.out, cOn.label = "on", c.out+"-with-room", "with a room"
@@ -221,22 +227,20 @@ func rehearse(ctx context.Context, c config, logw io.Writer) (*Run, error) {
 	s := c.shape
 	n := s.Users + s.Bots
 	started := time.Now()
+	var err error
 
 	// The admin first: a phone gets one login code a minute, and a second
 	// rehearsal within the minute should fail before the crowd logs in.
 	admin := c.adminToken
 	if admin == "" && c.voucher == "" {
-		a, err := login(ctx, plain, c.bases[0], strings.TrimSpace(c.adminPhone))
-		if err != nil {
-			return nil, fmt.Errorf("log the admin in (or give -admin-token; go run ./loadtest/tokens -first %s -n 1 writes one): %w", c.adminPhone, err)
+		if admin, err = adminLogin(ctx, c); err != nil {
+			return nil, err
 		}
-		admin = a.Token
 	}
 
 	// The crowd's accounts: distinct users, one per simulated buyer, as a
 	// real crowd is (a second order of one user is refused).
 	var accounts []account
-	var err error
 	if c.tokens != "" {
 		accounts, err = readTokens(c.tokens, n)
 	} else {
@@ -298,9 +302,21 @@ func rehearse(ctx context.Context, c config, logw io.Writer) (*Run, error) {
 		return nil, err
 	}
 
-	logf("asking the server about %d answers of 200", countIf(r.Attempts, func(a Attempt) bool { return a.Status == 200 }))
+	logf("asking the server about %d answers of 200", countIf(r.Attempts, Attempt.sold))
 	r.After = after(ctx, plain, c.bases[0], r, accounts, d, c.settle)
 	return r, nil
+}
+
+// adminLogin logs the admin's phone in with the code the server answers
+// (its dev codes on), for a token that may make the voucher.
+func adminLogin(ctx context.Context, c config) (string, error) {
+	cl := &http.Client{Timeout: 30 * time.Second}
+	defer cl.CloseIdleConnections()
+	a, err := login(ctx, cl, c.bases[0], strings.TrimSpace(c.adminPhone))
+	if err != nil {
+		return "", fmt.Errorf("log the admin in (or give -admin-token; go run ./loadtest/tokens -first %s -n 1 writes one): %w", c.adminPhone, err)
+	}
+	return a.Token, nil
 }
 
 // after asks the server what the sale did: every 200's order, the stock
@@ -330,7 +346,7 @@ func after(ctx context.Context, cl *http.Client, base string, r *Run, accounts [
 	}
 	asked := map[string]bool{}
 	for _, a := range r.Attempts {
-		if a.Status == 200 && !asked[a.Order] {
+		if a.sold() && !asked[a.Order] {
 			asked[a.Order] = true
 			jobs <- job{a.User, a.Order}
 		}

@@ -64,7 +64,7 @@ func analyse(r *Run, bin, delta time.Duration) Analysis {
 		}
 		late = append(late, a.lateness())
 		switch {
-		case a.Status == 200:
+		case a.sold():
 			an.Wins++
 			ok = append(ok, a.latency())
 			if an.LastWin == nil || a.Done > *an.LastWin {
@@ -92,7 +92,7 @@ func analyse(r *Run, bin, delta time.Duration) Analysis {
 		an.PeakAnswers = max(an.PeakAnswers, float64(n)/an.Timeline.Bin.Seconds())
 	}
 	if r.Room != nil {
-		an.Room = roomFigures(r)
+		an.Room = roomFigures(r, an.Timeline)
 	}
 	return an
 }
@@ -226,6 +226,7 @@ func writeReport(w io.Writer, r *Run, an Analysis, earlier *Run, bin, delta time
 var classColour = map[string]string{
 	"200": "#59a14f", "409 not_started": "#bab0ac", "409 not_admitted": "#d4a6c8", "409 sold_out": "#79706e",
 	"409 already_ordered": "#9c755f", "429 busy": "#f28e2b", "5xx": "#e15759", "no answer": "#b6002f", "other": "#b07aa1",
+	"room join": "#76b7b2",
 }
 
 // charts draws the run's timeline: answers, latency of successes and of

@@ -62,11 +62,13 @@ func percentiles(ds []time.Duration) Percentiles {
 }
 
 // The classes of answer the charts stack, in stacking order.
-var classes = []string{"200", "409 not_started", "409 not_admitted", "409 sold_out", "409 already_ordered", "429 busy", "5xx", "no answer", "other"}
+var classes = []string{"200", "409 not_started", "409 not_admitted", "409 sold_out", "409 already_ordered", "429 busy", "5xx", "no answer", "other", "room join"}
 
 // class sorts an answer into one of classes.
 func class(a Attempt) string {
 	switch {
+	case a.Kind == "join":
+		return "room join"
 	case a.Status == 200:
 		return "200"
 	case a.Status == 0:
@@ -135,7 +137,7 @@ func timeline(r *Run, bin time.Duration) Timeline {
 		t.Bins[idx(a.Done)].Answers[class(a)]++
 		t.Bins[idx(a.Sent)].Sent++
 		d := idx(a.Due)
-		if a.Status == 200 {
+		if a.sold() {
 			ok[d] = append(ok[d], a.latency())
 		} else {
 			refused[d] = append(refused[d], a.latency())
