@@ -32,6 +32,7 @@ type RoomLine struct {
 type RoomUser struct {
 	User     int           `json:"user"`
 	Joined   time.Duration `json:"joined"`
+	In       bool          `json:"in_line"` // the join was answered 200 (else Final is the refusal's code)
 	Number   string        `json:"number,omitempty"`
 	Admitted time.Duration `json:"admitted"` // when the stream said so; -1: never
 	// ETA is the first estimate of the wait they were shown, in seconds,
@@ -111,9 +112,12 @@ func (d *driver) join(ctx context.Context, cl *http.Client, u int, due time.Dura
 		a.Code, a.Err = transportCode(err), cause(err)
 	}
 	d.log(a)
-	ru.Joined = a.Done
+	ru.Joined, ru.In = a.Done, err == nil
 	if p.Number != nil {
 		ru.Number = *p.Number
+	}
+	if err != nil {
+		ru.Final, ru.Left = a.Code, &a.Done
 	}
 	return err == nil
 }
@@ -194,8 +198,8 @@ func roomFigures(r *Run, tl Timeline) *RoomFigures {
 	wins := winsByUser(r)
 	var waits, errs []time.Duration
 	for _, ru := range r.Room.Users {
-		if ru.Joined == 0 && ru.Final == "" && ru.Number == "" {
-			continue // never joined
+		if !ru.In {
+			continue // refused at the door, or never got there
 		}
 		f.Joined++
 		if len(wins[ru.User]) > 0 {
@@ -219,8 +223,8 @@ func roomFigures(r *Run, tl Timeline) *RoomFigures {
 	f.Waiting, f.AdmittedPer = make([]int, len(tl.Bins)), make([]int, len(tl.Bins))
 	idx := func(d time.Duration) int { return min(max(int((d-f.From)/tl.Bin), 0), len(tl.Bins)-1) }
 	for _, ru := range r.Room.Users {
-		if f.Joined == 0 {
-			break
+		if !ru.In {
+			continue
 		}
 		end := len(tl.Bins)
 		switch {
