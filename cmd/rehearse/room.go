@@ -20,8 +20,8 @@ import (
 // time). Bots join too, then poll the buy button as before: the room
 // should answer them not_admitted until their number comes up.
 //
-// Built against the spec before the server served rooms: it could not be
-// run against the real thing when it was written (see docs/rehearse.md).
+// TestAgainstTheDemo runs it on the embedded demo; docs/rehearse.md has
+// its figures on three instances.
 
 // RoomLine is what the crowd saw of the line, user by user.
 type RoomLine struct {
