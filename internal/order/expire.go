@@ -197,5 +197,8 @@ func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
 		if err := s.drainReturns(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "return units to Redis", "err", err)
 		}
+		if err := s.finishRefunds(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "ask the provider for refunds not yet given", "err", err)
+		}
 	})
 }

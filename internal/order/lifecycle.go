@@ -89,10 +89,11 @@ func (s *Service) Cancel(ctx context.Context, id, callerID int64) (View, error) 
 //
 // The provider is asked to give the money back once per order: the ask
 // is claimed in the order's row (claimAsk), and once the provider took it
-// (refund_sent_at) nobody asks again. A refund whose ask failed, or whose
-// asker died, is asked again by the next call (at once, or askAgainAfter
-// later); the provider's Refund is keyed by the order, so that an ask
-// whose answer was lost cannot give back twice.
+// (refund_sent_at) nobody asks again. A refund whose ask failed is asked
+// again by the next call or the expirer's next round; one whose asker
+// died, askAgainAfter later, by the expirer (finishRefunds) if no call
+// comes. The provider's Refund is keyed by the order, so that an ask whose
+// answer was lost cannot give back twice.
 func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (View, error) {
 	o, err := s.mine(ctx, id, callerID, admin)
 	if err != nil {
@@ -132,23 +133,10 @@ func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (V
 		s.log.ErrorContext(ctx, "order refunded, but no payment provider is configured to give the money back", "order", id, "amount", o.Amount)
 		return v, nil
 	}
-	at, asked, err := s.claimAsk(ctx, id, "refund_asked_at", "status = 'refunded' AND refund_sent_at IS NULL")
-	if err != nil {
+	if err := s.askRefund(ctx, id, o.Amount); err != nil {
+		// The order is refunded: its buyer's retry, or the expirer's
+		// next round, asks the provider again.
 		return View{}, apperr.Down(err)
-	}
-	if !asked {
-		return v, nil // given back already, or being given back
-	}
-	if err := s.cfg.Provider.Refund(ctx, id, o.Amount); err != nil {
-		// The order is refunded: its buyer's retry asks the provider
-		// again.
-		s.giveUpAsk(ctx, id, "refund_asked_at", at)
-		return View{}, apperr.Down(fmt.Errorf("refund order %d with the provider: %w", id, err))
-	}
-	if err := s.db.WithContext(ctx).Exec("UPDATE voucher_orders SET refund_sent_at = ? WHERE id = ?", s.stamp().UTC(), id).Error; err != nil {
-		// Not recorded: a later call asks once more, which the
-		// provider's key on the order makes harmless.
-		s.log.WarnContext(ctx, "record a refund the provider took", "order", id, "err", err)
 	}
 	return v, nil
 }
@@ -195,6 +183,50 @@ func (s *Service) Pay(ctx context.Context, id, callerID int64) (View, error) {
 		return View{}, apperr.Down(fmt.Errorf("charge order %d: %w", id, err))
 	}
 	return o.view(), nil
+}
+
+// finishRefunds asks the provider for the refunds of refunded orders that
+// it has not taken (refund_sent_at NULL) and that nobody is asking for now
+// (no claim, or one older than askAgainAfter): the asker died between its
+// claim and the provider's answer, or the provider failed and the buyer
+// never came back. Every instance's expirer runs it; each ask is claimed
+// as a request's is, so that one instance asks.
+func (s *Service) finishRefunds(ctx context.Context) error {
+	if s.cfg.Provider == nil {
+		return nil
+	}
+	var due []Order
+	err := s.db.WithContext(ctx).Where("status = ? AND refund_sent_at IS NULL AND (refund_asked_at IS NULL OR refund_asked_at <= ?)",
+		StatusRefunded, s.stamp().Add(-askAgainAfter).UTC()).Limit(expireBatch).Find(&due).Error
+	if err != nil {
+		return fmt.Errorf("read refunds not given: %w", err)
+	}
+	for _, o := range due {
+		if err := s.askRefund(ctx, o.ID, o.Amount); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// askRefund asks the provider to give back amount for order id, refunded,
+// if no one else is asking and it has not taken the refund yet: claimed
+// first, given up if the provider fails, recorded once it took it.
+func (s *Service) askRefund(ctx context.Context, id, amount int64) error {
+	at, asked, err := s.claimAsk(ctx, id, "refund_asked_at", "status = 'refunded' AND refund_sent_at IS NULL")
+	if err != nil || !asked {
+		return err // given back already, or being given back
+	}
+	if err := s.cfg.Provider.Refund(ctx, id, amount); err != nil {
+		s.giveUpAsk(ctx, id, "refund_asked_at", at)
+		return fmt.Errorf("refund order %d with the provider: %w", id, err)
+	}
+	if err := s.db.WithContext(ctx).Exec("UPDATE voucher_orders SET refund_sent_at = ? WHERE id = ?", s.stamp().UTC(), id).Error; err != nil {
+		// Not recorded: asked once more later, which the provider's key
+		// on the order makes harmless.
+		s.log.WarnContext(ctx, "record a refund the provider took", "order", id, "err", err)
+	}
+	return nil
 }
 
 // askAgainAfter is how long an ask of the provider (a charge, a refund)

@@ -382,6 +382,45 @@ func TestRefundAskedAgainAfterAFailure(t *testing.T) {
 	}
 }
 
+// A refund whose asker died after claiming the ask (or whose provider
+// failed, and whose buyer never came back) is finished by the expirer's
+// round, once; a claim younger than askAgainAfter is left to its asker.
+func TestRefundFinishedByTheExpirer(t *testing.T) {
+	r := newLifecycleRig(t, 2, 3)
+	ctx := context.Background()
+	ids := r.buy(t, 2)
+	for _, id := range ids {
+		if a, err := r.svcs[0].ApplyPayment(ctx, payment.Event{ID: fmt.Sprint("pay-", id), OrderID: id, Amount: 500}); err != nil || a.Status != StatusPaid {
+			t.Fatalf("pay: %+v %v", a, err)
+		}
+	}
+	r.provider.failing.Store(true)
+	for i, id := range ids {
+		if _, err := r.svcs[0].Refund(ctx, id, int64(i+1), false); !errors.Is(err, errProviderDown) {
+			t.Fatalf("refund with the provider down: %v", err)
+		}
+	}
+	r.provider.failing.Store(false)
+	// Order 0: its asker claimed the ask two minutes ago and died. Order
+	// 1: someone claimed it a moment ago, and is asking.
+	now := time.Now().UTC()
+	r.db.Exec("UPDATE voucher_orders SET refund_asked_at = ? WHERE id = ?", now.Add(-2*time.Minute), ids[0])
+	r.db.Exec("UPDATE voucher_orders SET refund_asked_at = ? WHERE id = ?", now, ids[1])
+	for range 3 {
+		for _, s := range r.svcs {
+			if err := s.finishRefunds(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, refunds := r.provider.Asked(ids[0]); refunds != 1 || r.provider.Refunded(ids[0]) != 500 {
+		t.Errorf("a dead asker's refund: asked %d times, gave back %d; want once, 500", refunds, r.provider.Refunded(ids[0]))
+	}
+	if _, refunds := r.provider.Asked(ids[1]); refunds != 0 {
+		t.Errorf("a refund being asked for: asked %d times by the expirer, want 0", refunds)
+	}
+}
+
 // Many clicks of "pay", at once, on two instances: the provider is asked
 // to charge once per order, and every click is answered with the order.
 // A charge the provider refused is asked again by the next click.

@@ -201,9 +201,13 @@ type Provider interface {
 	// Charge asks the provider to take amount cents from the buyer for an
 	// order. The provider confirms later, through the webhook: the order
 	// is paid when that event is applied, not when Charge returns. Asked
-	// again for an order it has charged or is charging, it charges no
-	// more: it answers as for the first ask, and at most confirms the
-	// one payment again (the same event_id).
+	// again for an order whose charge is under way or done, it charges no
+	// more: it answers as for the first ask, and at most confirms the one
+	// payment again (the same event_id). A charge that ended unpaid (the
+	// card declined, the cashier closed or abandoned) is over: the next
+	// ask for the order starts a new one (a client keys its requests by
+	// the order and that attempt, say "<order>-<n>", and moves to the next
+	// attempt only once the provider says the last one ended).
 	Charge(ctx context.Context, orderID, amount int64) error
 	// Refund asks the provider to give amount cents back for an order.
 	// Asked twice for one order, it gives back once, so that a refund
