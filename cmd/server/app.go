@@ -99,7 +99,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		ocfg.Provider = a.payments
 	}
 	a.orders = order.NewService(st.db, a.queue, a.vouchers, stocks, locks, ids, now, log, ocfg)
-	a.admitter = room.NewAdmitter(a.rooms, a.findRoom, a.orders.Restock, a.metrics, now, log)
+	a.admitter = room.NewAdmitter(a.rooms, a.vouchers.Rooms, a.findRoom, a.orders.Restock, a.metrics, now, log)
 
 	a.live = live.NewRecorder(st.rdb, log)
 	var queueStats func(context.Context) (queue.Stats, error)

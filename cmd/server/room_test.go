@@ -336,3 +336,84 @@ func liveRoom(t *testing.T, base, vid string) map[string]any {
 	t.Fatalf("no figures from the live stream: %v", sc.Err())
 	return nil
 }
+
+// A Redis that restarts empty in the middle of a sale with a room: the
+// line is gone, but not the sale. The Admitter lists the rooms from MySQL
+// and puts the stock back; the buyers who bought are refused a place
+// (their orders are in MySQL), the others join again and are admitted;
+// nobody buys twice and nothing is oversold.
+func TestWaitingRoomAfterRedisEmptied(t *testing.T) {
+	st := newStack(t, 13)
+	in := start(t, st.env(freeAddr(t)))
+	admin, _ := mustLogin(t, in.Base, adminPhone)
+	users := loginMany(t, in.Base, 8)
+	const units = 5
+	begin := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	vid := createVoucher(t, in.Base, admin, units, begin, begin.Add(time.Hour), "room", map[string]any{"admit_per_second": 100, "hold_for": 5})
+	join := func(u user) reply {
+		t.Helper()
+		return mustCall(t, "POST", in.Base+"/vouchers/"+vid+"/room", u.Token, nil)
+	}
+	for _, u := range users {
+		if r := join(u); r.Status != http.StatusOK {
+			t.Fatalf("join: %s", r.Raw)
+		}
+	}
+	// buyUntil has every buyer press once admitted, until deadline.
+	var l ledger
+	buyUntil := func(deadline time.Time) {
+		var wg sync.WaitGroup
+		for _, u := range users {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					if r, err := call("GET", in.Base+"/vouchers/"+vid+"/room", u.Token, nil); err == nil && r.Str("state") == room.StateAdmitted {
+						if o := buy(&l, in.Base, u, vid); o.Status == 200 || o.Code == "already_ordered" {
+							return
+						}
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	time.Sleep(time.Until(begin))
+	// Two buy, then Redis loses everything.
+	var wg sync.WaitGroup
+	for _, u := range users[:2] {
+		wg.Go(func() {
+			for range 30 {
+				if r, _ := call("GET", in.Base+"/vouchers/"+vid+"/room", u.Token, nil); r.Str("state") == room.StateAdmitted {
+					buy(&l, in.Base, u, vid)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	if err := testenv.Redis(t, st.RedisDB).FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bought := map[string]bool{}
+	for u := range l.wins(t) {
+		bought[u] = true
+	}
+	for _, u := range users {
+		r := join(u)
+		switch {
+		case bought[u.ID] && r.Code() != "already_ordered":
+			t.Errorf("a buyer joins after Redis lost the line: %d %s, want already_ordered", r.Status, r.Raw)
+		case !bought[u.ID] && r.Status != http.StatusOK:
+			t.Errorf("join again after Redis lost the line: %d %s", r.Status, r.Raw)
+		}
+	}
+	buyUntil(time.Now().Add(8 * time.Second))
+	won := l.wins(t)
+	if len(won) != units {
+		t.Errorf("%d units sold of %d after Redis came back empty", len(won), units)
+	}
+	db := testenv.Open(t, st.DSN)
+	s := waitRest(t, db, testenv.Redis(t, st.RedisDB), vid, 10*time.Second)
+	checkInvariants(t, s, units, won)
+}

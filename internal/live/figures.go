@@ -140,7 +140,7 @@ func (s *Source) Read(ctx context.Context, voucherID int64) (Figures, error) {
 	f.P50MS, f.P99MS = percentile(lat, 0.50), percentile(lat, 0.99)
 
 	if sale := v.Room(); sale != nil {
-		line, held, err := s.rooms.Line(ctx, *sale, now)
+		line, held, err := s.rooms.Line(ctx, *sale)
 		if err != nil {
 			return Figures{}, err
 		}

@@ -30,12 +30,20 @@ local stock = redis.call('GET', KEYS[6])
 if not stock then
   return {-1}
 end
-local drawn = redis.call('ZCARD', KEYS[2])
+local drawn = tonumber(redis.call('HGET', KEYS[4], 'drawn') or '-1')
+if drawn < 0 then
+  drawn = redis.call('ZCARD', KEYS[2])
+end
 local total = drawn + tonumber(redis.call('HGET', KEYS[4], 'late') or '0')
 local free = tonumber(stock) - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 if now < tonumber(ARGV[1]) or now >= tonumber(ARGV[2]) then
   return {0, serving, free, total, 0}
 end
+-- The first call from begin_time on freezes the draw: how many it holds
+-- is written down, and join.lua numbers every later join after them,
+-- even should Redis' clock step back past begin_time (a failover to a
+-- replica whose clock is behind).
+redis.call('HSETNX', KEYS[4], 'drawn', drawn)
 local swept = tonumber(redis.call('HGET', KEYS[4], 'swept') or '0')
 local ended = redis.call('ZCOUNT', KEYS[5], '(' .. swept, now)
 local rate = tonumber(ARGV[3])

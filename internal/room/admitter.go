@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"seckill/internal/apperr"
@@ -16,6 +15,7 @@ import (
 // Admitters together admit at the room's rate, and one alone does too.
 type Admitter struct {
 	store   *Store
+	rooms   Lister
 	find    Finder
 	restock Restocker
 	obs     Observer
@@ -32,13 +32,19 @@ type Observer interface {
 	HoldsExpired(n int)
 }
 
+// Lister lists the vouchers whose room may admit now or soon: every
+// voucher with a room whose sale has not ended. MySQL's list, not one kept
+// in Redis: a Redis that restarts empty must not leave a room that no
+// Admitter knows of.
+type Lister func(ctx context.Context) ([]int64, error)
+
 // AdmitEvery is how often an Admitter admits: a buyer whose turn has come
 // is admitted within it (the contract gives a second).
 const AdmitEvery = 100 * time.Millisecond
 
 // NewAdmitter returns an Admitter of the rooms in store's index.
-func NewAdmitter(store *Store, find Finder, restock Restocker, obs Observer, now func() time.Time, log *slog.Logger) *Admitter {
-	return &Admitter{store: store, find: find, restock: restock, obs: obs, now: now, log: log}
+func NewAdmitter(store *Store, rooms Lister, find Finder, restock Restocker, obs Observer, now func() time.Time, log *slog.Logger) *Admitter {
+	return &Admitter{store: store, rooms: rooms, find: find, restock: restock, obs: obs, now: now, log: log}
 }
 
 // Run admits every `every` until ctx ends.
@@ -53,10 +59,10 @@ func (a *Admitter) Run(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		// The index changes when a voucher with a room is made: read it
+		// The list changes when a voucher with a room is made: read it
 		// once a second, not at every tick.
 		if time.Since(listed) >= time.Second {
-			if ids, err := a.list(ctx); err == nil {
+			if ids, err := a.rooms(ctx); err == nil {
 				rooms, listed = ids, time.Now()
 			} else if ctx.Err() == nil {
 				a.log.WarnContext(ctx, "room: list the rooms", "err", err)
@@ -70,24 +76,6 @@ func (a *Admitter) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (a *Admitter) list(ctx context.Context) ([]int64, error) {
-	members, err := a.store.rdb.SMembers(ctx, indexKey).Result()
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]int64, 0, len(members))
-	for _, m := range members {
-		if id, err := strconv.ParseInt(m, 10, 64); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
-}
-
-// forgetAfter: a room is dropped from the index this long after its sale
-// ended (its keys stay, for the figures).
-const forgetAfter = time.Hour
-
 // admit admits what room id allows now, in as many calls as it takes.
 func (a *Admitter) admit(ctx context.Context, id int64) error {
 	sale, err := a.find(ctx, id)
@@ -97,14 +85,8 @@ func (a *Admitter) admit(ctx context.Context, id int64) error {
 	if err != nil || sale == nil {
 		return err
 	}
-	now := a.now()
-	switch {
-	case now.Before(sale.Begin.Add(-time.Second)):
-		return nil // nothing to admit yet (admit.lua checks Redis' clock)
-	case now.After(sale.End.Add(forgetAfter)):
-		return a.store.rdb.SRem(ctx, indexKey, id).Err()
-	case !now.Before(sale.End.Add(time.Second)):
-		return nil
+	if now := a.now(); now.Before(sale.Begin.Add(-time.Second)) || !now.Before(sale.End.Add(time.Second)) {
+		return nil // nothing to admit (admit.lua checks Redis' clock)
 	}
 	for range 50 { // a long line, a high rate: a few calls; then the next tick
 		got, err := a.store.Admit(ctx, *sale)

@@ -120,7 +120,8 @@ const streamFor = 10 * time.Minute
 // number it read when it opened. A stream asks Redis for its own place
 // only when its state may have changed in a way the figures cannot tell:
 // while its buyer is admitted (they may buy), when the line reaches its
-// number, and at each heartbeat.
+// number, when someone joins while its buyer is not in line (it may be
+// them), and at each heartbeat.
 func (h *Handler) Events(c *gin.Context) {
 	sale, ok := h.sale(c)
 	if !ok {
@@ -179,9 +180,12 @@ func (h *Handler) Events(c *gin.Context) {
 		room := sub.figures()
 		// The line reached this buyer, their hold is on, or a
 		// heartbeat: their own place, read; otherwise worked out.
+		// Or a join since (the line grew) while this buyer was not in
+		// it: perhaps theirs, from another tab.
 		reread := force || snap.state == StateAdmitted ||
 			(snap.state == StateWaiting && snap.number > 0 && room.serving >= snap.number) ||
-			(snap.state == StateWaiting && snap.number < 0 && !room.now.Before(sale.Begin))
+			(snap.state == StateWaiting && snap.number < 0 && !room.now.Before(sale.Begin)) ||
+			((snap.state == StateNone || snap.state == StateExpired) && room.total != snap.total)
 		if reread {
 			if s, err := h.store.read(ctx, *sale, itoa(user)); err == nil {
 				snap = s

@@ -7,7 +7,7 @@
 --                    scores by the member's bytes, so a member's rank is
 --                    its place in the draw)
 -- KEYS[3] late      (hash: n -> user, who joined from begin_time on)
--- KEYS[4] state     (hash: serving, late, credit, last)
+-- KEYS[4] state     (hash: serving, late, drawn, credit, last, swept)
 -- KEYS[5] admitted  (sorted set: user -> end of their hold, in ms)
 -- KEYS[6] stock     KEYS[7] buyers (package stock's keys of the voucher)
 -- KEYS[8] joined    (hash: user -> when they joined from begin_time on, in
@@ -54,7 +54,10 @@ if untilMs then
   -- A hold that ended without an order: a new place, at the back.
   redis.call('ZREM', KEYS[5], ARGV[1])
 end
-if now < tonumber(ARGV[4]) then
+-- Into the draw while it is open: before begin_time, and before the first
+-- admission froze it (admit.lua's `drawn`), whatever a clock stepping back
+-- says after that.
+if now < tonumber(ARGV[4]) and redis.call('HEXISTS', KEYS[4], 'drawn') == 0 then
   redis.call('ZADD', KEYS[2], 0, ARGV[2] .. ':' .. ARGV[1])
   redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. ARGV[2])
 else

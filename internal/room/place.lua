@@ -16,7 +16,10 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local serving = tonumber(redis.call('HGET', KEYS[4], 'serving') or '0')
-local drawn = redis.call('ZCARD', KEYS[2])
+local drawn = tonumber(redis.call('HGET', KEYS[4], 'drawn') or '-1')
+if drawn < 0 then
+  drawn = redis.call('ZCARD', KEYS[2])
+end
 local total = drawn + tonumber(redis.call('HGET', KEYS[4], 'late') or '0')
 local stock = tonumber(redis.call('GET', KEYS[6]) or '0')
 local free = stock - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
@@ -30,7 +33,7 @@ if ARGV[1] ~= '' then
   if mine then
     if string.sub(mine, 1, 2) == 'l:' then
       number = drawn + tonumber(string.sub(mine, 3))
-    elseif now >= tonumber(ARGV[2]) then
+    elseif now >= tonumber(ARGV[2]) or redis.call('HEXISTS', KEYS[4], 'drawn') == 1 then
       local rank = redis.call('ZRANK', KEYS[2], string.sub(mine, 3) .. ':' .. ARGV[1])
       if rank then
         number = rank + 1

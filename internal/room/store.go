@@ -63,18 +63,6 @@ func keysOf(voucherID int64) []string {
 	}
 }
 
-// indexKey lists the vouchers that have a room, for the Admitter.
-const indexKey = "seckill:rooms"
-
-// Register adds a voucher with a room to the index the Admitters read.
-// The voucher's creation calls it, before it answers.
-func (s *Store) Register(ctx context.Context, voucherID int64) error {
-	if err := s.rdb.SAdd(ctx, indexKey, voucherID).Err(); err != nil {
-		return fmt.Errorf("register the room of voucher %d: %w", voucherID, err)
-	}
-	return nil
-}
-
 // Join puts userID in sale's line, or leaves the place they hold. It
 // reports whether the user joined now.
 func (s *Store) Join(ctx context.Context, sale Sale, userID int64) (bool, error) {
@@ -179,9 +167,6 @@ func (snap snapshot) place(sale Sale) Place {
 	// to be cancelled, which no one can foretell.
 	if snap.free > ahead {
 		eta := (ahead + int64(sale.AdmitPerSecond)) / int64(sale.AdmitPerSecond) // ceil((ahead+1)/rate)
-		if snap.now.Before(sale.Begin) {
-			eta += int64(sale.Begin.Sub(snap.now).Seconds())
-		}
 		p.ETASeconds = &eta
 	}
 	return p
@@ -206,19 +191,22 @@ const (
 	RoomSoldOut = "sold_out"
 )
 
-// View reads sale's room as the voucher's JSON shows it, at now (which
-// decides whether the seed is shown).
-func (s *Store) View(ctx context.Context, sale Sale, now time.Time) (View, error) {
+// View reads sale's room as the voucher's JSON shows it. The seed is shown
+// from begin_time on by Redis' clock, the one that closes the draw: by an
+// instance's own, a clock running ahead would show the seed while joins
+// still went into the draw, and whoever held many accounts could join
+// only those that drew well.
+func (s *Store) View(ctx context.Context, sale Sale) (View, error) {
 	snap, err := s.read(ctx, sale, "")
 	if err != nil {
 		return View{}, err
 	}
-	return snap.view(sale, now), nil
+	return snap.view(sale), nil
 }
 
 // view is the room as a snapshot of its figures shows it.
-func (snap snapshot) view(sale Sale, now time.Time) View {
-	v := ConfigView(sale, now)
+func (snap snapshot) view(sale Sale) View {
+	v := ConfigView(sale, snap.now)
 	v.Serving = strconv.FormatInt(snap.serving, 10)
 	v.Waiting = max(snap.total-snap.serving, 0)
 	if snap.free <= 0 {
@@ -229,12 +217,12 @@ func (snap snapshot) view(sale Sale, now time.Time) View {
 
 // Line is View with the units the room's admitted buyers hold now (for
 // the live page).
-func (s *Store) Line(ctx context.Context, sale Sale, now time.Time) (View, int64, error) {
+func (s *Store) Line(ctx context.Context, sale Sale) (View, int64, error) {
 	snap, err := s.read(ctx, sale, "")
 	if err != nil {
 		return View{}, 0, err
 	}
-	v := snap.view(sale, now)
+	v := snap.view(sale)
 	left, err := s.rdb.Get(ctx, stock.KeysOf(sale.VoucherID).Stock).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return View{}, 0, apperr.Down(err)
@@ -244,7 +232,7 @@ func (s *Store) Line(ctx context.Context, sale Sale, now time.Time) (View, int64
 
 // ConfigView is the part of a room's View that Redis is not asked for:
 // what a voucher just created answers (nobody waits, nobody is served, and
-// its units are all free, unless it has none).
+// its units are all free, unless it has none), at now.
 func ConfigView(sale Sale, now time.Time) View {
 	v := View{OpensAt: sale.OpensAt.UTC(), AdmitPerSecond: sale.AdmitPerSecond, HoldFor: int(sale.HoldFor / time.Second),
 		Commitment: Commitment(sale.Seed), State: RoomOpen, Serving: "0"}

@@ -15,7 +15,10 @@
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[2] == '1' then
   redis.call('SADD', KEYS[2], ARGV[1])
-  -- The order is written: a room's hold on the unit ends here.
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  -- The order is written: a room's hold on the unit ends here. Its
+  -- entry stays, ended (score 0), not removed: if the buyer is forgotten
+  -- later, their place reads as a hold that ended, and they may join the
+  -- room again, rather than waiting for a turn that has passed.
+  redis.call('ZADD', KEYS[3], 'XX', 0, ARGV[1])
 end
 return removed

@@ -167,17 +167,6 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 		}
 		return View{}, apperr.Down(err)
 	}
-	if sale := v.Room(); sale != nil {
-		// Before the 201, like the stock: an Admitter must know of the
-		// room by begin_time. If this fails, the voucher stays, without
-		// its room admitting anyone: undone like a failed stock.
-		if err := s.rooms.Register(ctx, v.ID); err != nil {
-			if derr := s.db.WithContext(context.WithoutCancel(ctx)).Delete(&Voucher{}, v.ID).Error; derr != nil {
-				s.log.ErrorContext(ctx, "undo voucher after Redis failed", "voucher", v.ID, "err", derr)
-			}
-			return View{}, apperr.Down(err)
-		}
-	}
 	s.cache.put(v)
 	out := v.view(v.Stock)
 	if sale := v.Room(); sale != nil {
@@ -187,13 +176,25 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 	return out, nil
 }
 
+// Rooms lists the vouchers with a waiting room whose sale has not ended
+// (room.Lister): what every instance's Admitter looks after. One small
+// query a second per instance.
+func (s *Service) Rooms(ctx context.Context) ([]int64, error) {
+	var ids []int64
+	err := s.db.WithContext(ctx).Model(&Voucher{}).Where("room_admit_per_second IS NOT NULL AND end_time > ?", s.now().UTC().Add(-time.Minute)).Pluck("id", &ids).Error
+	if err != nil {
+		return nil, fmt.Errorf("list the vouchers with a room: %w", err)
+	}
+	return ids, nil
+}
+
 // withRoom adds v's room, as it is now, to out.
 func (s *Service) withRoom(ctx context.Context, v *Voucher, out View) (View, error) {
 	sale := v.Room()
 	if sale == nil || s.rooms == nil {
 		return out, nil
 	}
-	rv, err := s.rooms.View(ctx, *sale, s.now())
+	rv, err := s.rooms.View(ctx, *sale)
 	if err != nil {
 		return View{}, err
 	}

@@ -27,7 +27,8 @@
 --         clock, at which the unit may be taken for that claim
 -- ARGV[9] '1': the voucher has a waiting room: only a buyer whose
 --         admission has not ended may take a unit, and taking it ends
---         the admission (a room's voucher is never split)
+--         the admission (a room's voucher is never split). A replay
+--         takes only a unit that no admitted buyer holds.
 --
 -- Returns 0 queued, 1 sold out, 2 already bought (the user holds an
 -- order), 3 stock key missing (reload it, then try again), 4 a new
@@ -76,13 +77,25 @@ if room then
     return 8
   end
 end
-if tonumber(stock) <= 0 then
+local free = tonumber(stock)
+if replay then
+  -- A replayed dead letter takes a unit only if none of it is held by a
+  -- buyer a waiting room admitted (the dead letter's unit went back on
+  -- sale, and the room may have given it to the next number since): an
+  -- admitted buyer is never told sold out. Without a room, nobody is.
+  local t = redis.call('TIME')
+  free = free - redis.call('ZCOUNT', KEYS[9], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf')
+end
+if free <= 0 then
   return 1
 end
 local id = ARGV[4]
 if room then
   -- The order is accepted: the hold on its unit ends, in the same step.
-  redis.call('ZREM', KEYS[9], ARGV[1])
+  -- The entry stays, ended (score 0): if the order is dead-lettered and
+  -- the buyer forgotten, their place reads as a hold that ended, and they
+  -- may join the room again.
+  redis.call('ZADD', KEYS[9], 'XX', 0, ARGV[1])
 end
 redis.call('DECR', KEYS[1])
 if not claimed then
