@@ -43,7 +43,7 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 	if err != nil {
 		return 0, idError(err, m.now())
 	}
-	e := queue.Entry{OrderID: id, UserID: userID, VoucherID: voucherID, At: m.now(), Buckets: v.Parts(), Room: v.Room() != nil}
+	e := queue.Entry{OrderID: id, UserID: userID, VoucherID: voucherID, At: m.now(), Buckets: v.Parts(), Room: v.HasRoom()}
 	start := time.Now()
 	res, err := m.queue.Accept(ctx, &e)
 	m.obs.Stage(StageStock, time.Since(start))

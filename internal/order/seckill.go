@@ -175,7 +175,7 @@ func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, 
 	// A room's voucher is never remembered sold out: its buyers are
 	// admitted only while a unit is free, and an admitted buyer is never
 	// told sold_out.
-	if v.Room() == nil && s.memory.knownSoldOut(voucherID) {
+	if !v.HasRoom() && s.memory.knownSoldOut(voucherID) {
 		return 0, ErrSoldOut
 	}
 	if s.memory.knownBuyer(voucherID, userID) {
@@ -252,7 +252,7 @@ func (m syncMode) take(ctx context.Context, v *voucher.Voucher, userID int64) (s
 	var h stock.Hold
 	var res stock.Result
 	var err error
-	if v.Room() != nil {
+	if v.HasRoom() {
 		h, res, err = m.stocks.TakeAdmitted(ctx, voucherID, userID)
 	} else {
 		h, res, err = m.stocks.Take(ctx, voucherID, v.Parts(), userID)

@@ -48,6 +48,10 @@ type Voucher struct {
 	RoomSeed           []byte
 }
 
+// HasRoom reports whether the voucher sells through a waiting room: what
+// the buy button asks on every request, without building the room.
+func (v *Voucher) HasRoom() bool { return v.RoomAdmitPerSecond != nil }
+
 // Room is the voucher's waiting room as package room takes it; nil if it
 // has none.
 func (v *Voucher) Room() *room.Sale {
