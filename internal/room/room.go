@@ -17,9 +17,9 @@
 // bytes the server chose when the voucher was created; its SHA-256, the
 // commitment, is published from creation on, and the seed itself from
 // begin_time on. So no one, not the buyers and not the operator once
-// anyone has joined, can choose the order, and anyone can check it
-// afterwards: Draw recomputes every number from the seed and the user IDs
-// (go run ./cmd/roomcheck). Who joins from begin_time on is numbered after
+// anyone has joined, can choose the order, and anyone given the list of
+// who joined before begin_time can check it afterwards: Draw recomputes
+// every number from the seed and the user IDs (go run ./cmd/roomcheck). Who joins from begin_time on is numbered after
 // everyone drawn, in the order their joins were recorded.
 //
 // # One script for each decision
