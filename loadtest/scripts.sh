@@ -48,9 +48,9 @@ echo "machine: $(nproc) CPUs, $(redis-server --version | cut -d' ' -f3), commit 
 for round in $(seq 1 "$ROUNDS"); do
   echo "-- round $round"
   one incr INCR yard
-  one take EVALSHA "$take" 4 "$v:stock" "$v:buyers" "$v:holds" "$v:claims" __rand_int__ 15000
-  one accept EVALSHA "$accept" 8 "$v:stock" "$v:buyers" 'seckill:{s1}:orders' 'seckill:{s1}:orders:pending' \
-    "$v:accepted" "$v:queued" "$v:void:x" "$v:claims" __rand_int__ 1 1700000000000 __rand_int__ '' 1 0 ''
+  one take EVALSHA "$take" 5 "$v:stock" "$v:buyers" "$v:holds" "$v:claims" "$v:room:admitted" __rand_int__ 15000 0
+  one accept EVALSHA "$accept" 9 "$v:stock" "$v:buyers" 'seckill:{s1}:orders' 'seckill:{s1}:orders:pending' \
+    "$v:accepted" "$v:queued" "$v:void:x" "$v:claims" "$v:room:admitted" __rand_int__ 1 1700000000000 __rand_int__ '' 1 0 '' ''
   # The stream grows by CALLS each round: empty it, as the consumers would.
   r DEL 'seckill:{s1}:orders' 'seckill:{s1}:orders:pending' "$v:accepted" "$v:buyers" "$v:holds" >/dev/null
 done

@@ -159,7 +159,7 @@ func voucherStock(t *testing.T, base, id string) int {
 // expiring at exp.
 func forge(t *testing.T, method jwt.SigningMethod, key any, sub, role string, exp time.Time) string {
 	t.Helper()
-	s, err := jwt.NewWithClaims(method, jwt.MapClaims{"sub": sub, "role": role, "exp": exp.Unix()}).SignedString(key)
+	s, err := jwt.NewWithClaims(method, jwt.MapClaims{"sub": sub, "role": role, "exp": exp.Unix(), "iat": time.Now().Unix()}).SignedString(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,12 +142,12 @@ var faultCases = []faultCase{
 	{name: "stock script reply dropped", inject: func(t *testing.T, r *rig) {
 		// The stock script (take.lua, or accept.lua in async mode) is told
 		// apart from the others given the voucher's stock key by its
-		// length: EVALSHA, SHA, key count, 4 keys and 2 arguments (take),
-		// or 8 keys and 8 arguments (accept).
+		// length: EVALSHA, SHA, key count, 5 keys and 3 arguments (take),
+		// or 9 keys and 9 arguments (accept).
 		evalsha := faultproxy.RedisCommand("EVALSHA")
 		fired := r.rd.DropReplyAfter(func(chunk []byte) bool {
 			return evalsha(chunk) && bytes.Contains(chunk, []byte(":stock\r\n")) &&
-				(bytes.HasPrefix(chunk, []byte("*9\r\n")) || bytes.HasPrefix(chunk, []byte("*19\r\n")))
+				(bytes.HasPrefix(chunk, []byte("*11\r\n")) || bytes.HasPrefix(chunk, []byte("*21\r\n")))
 		})
 		select {
 		case <-fired:

@@ -62,7 +62,11 @@ func TestAPIAdminRoleEnds(t *testing.T) {
 // instance within auth.Recheck; a login afterwards works at once, on
 // every instance.
 func TestAPILogoutEverywhere(t *testing.T) {
-	st := newStack(t, 0)
+	// A Redis database of its own: a logout is kept in Redis by user ID
+	// for a day, and the other tests' databases number their users from
+	// 1 too, so in the shared database 0 it would void their users'
+	// tokens.
+	st := newStack(t, 3)
 	a, b := start(t, st.env(freeAddr(t))), start(t, st.env(freeAddr(t)))
 	const phone = "13900000097"
 	first, _ := mustLogin(t, a.Base, phone)
