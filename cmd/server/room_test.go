@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -415,5 +416,96 @@ func TestWaitingRoomAfterRedisEmptied(t *testing.T) {
 	}
 	db := testenv.Open(t, st.DSN)
 	s := waitRest(t, db, testenv.Redis(t, st.RedisDB), vid, 10*time.Second)
+	checkInvariants(t, s, units, won)
+}
+
+// A room's admitters on three server processes: one is SIGKILLed and one
+// SIGSTOPped for two seconds just as admission starts. Admission is one
+// script in Redis, so there is nothing half done to leave behind: the
+// survivor admits at the room's rate, the paused one, woken, admits no
+// one twice and no number out of turn, and the sale sells every unit to
+// admitted buyers only.
+func TestWaitingRoomAdmittersKilledAndPaused(t *testing.T) {
+	st := newStack(t, 0)
+	killed := spawn(t, st.env(freeAddr(t)))
+	paused := spawn(t, st.env(freeAddr(t)))
+	survivor := spawn(t, st.env(freeAddr(t)))
+	admin, _ := mustLogin(t, survivor.Base, adminPhone)
+	users := loginMany(t, survivor.Base, 40)
+	const units, rate = 15, 10
+	begin := time.Now().Add(3 * time.Second).Truncate(time.Second)
+	vid := createVoucher(t, survivor.Base, admin, units, begin, begin.Add(time.Hour), "room", map[string]any{"admit_per_second": rate, "hold_for": 5})
+	for _, u := range users {
+		if r := mustCall(t, "POST", survivor.Base+"/vouchers/"+vid+"/room", u.Token, nil); r.Status != http.StatusOK {
+			t.Fatalf("join: %s", r.Raw)
+		}
+	}
+	time.Sleep(time.Until(begin) + 50*time.Millisecond)
+	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := paused.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(2 * time.Second)
+		paused.cmd.Process.Signal(syscall.SIGCONT)
+	}()
+	t.Cleanup(func() { paused.cmd.Process.Signal(syscall.SIGCONT) })
+
+	var l ledger
+	var mu sync.Mutex
+	soldOut := 0
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(12 * time.Second)
+	start := time.Now()
+	for _, u := range users {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				time.Sleep(150 * time.Millisecond)
+				r, err := call("GET", survivor.Base+"/vouchers/"+vid+"/room", u.Token, nil)
+				if err != nil || r.Str("state") != room.StateAdmitted {
+					if r.Str("state") == room.StateOrdered {
+						return
+					}
+					continue
+				}
+				o := buy(&l, survivor.Base, u, vid)
+				mu.Lock()
+				if o.Code == "sold_out" {
+					soldOut++
+				}
+				mu.Unlock()
+				if o.Status == http.StatusOK {
+					return
+				}
+			}
+		})
+	}
+	// The rate held across the pause: serving never ran ahead of it.
+	for time.Now().Before(deadline) {
+		r := mustCall(t, "GET", survivor.Base+"/vouchers/"+vid, "", nil)
+		rm, _ := r.Body["room"].(map[string]any)
+		s, _ := rm["serving"].(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		if bound := int64(rate * (time.Since(start).Seconds() + 1.3)); n > bound {
+			t.Errorf("serving %d %.1f s after the start, over %d a second", n, time.Since(start).Seconds(), rate)
+			break
+		}
+		if n >= units && l.count(http.StatusOK, "") >= units {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	wg.Wait()
+	if soldOut > 0 {
+		t.Errorf("%d admitted buyers were told sold_out", soldOut)
+	}
+	won := l.wins(t)
+	if len(won) != units {
+		t.Errorf("%d of %d units sold with one admitter killed and one paused", len(won), units)
+	}
+	db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
+	s := waitRest(t, db, rdb, vid, 10*time.Second)
 	checkInvariants(t, s, units, won)
 }
