@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"seckill/internal/room"
 	"seckill/internal/testenv"
+	"seckill/internal/testenv/faultproxy"
 )
 
 // A sale through a waiting room on three instances, in both modes, on the
@@ -506,6 +509,98 @@ func TestWaitingRoomAdmittersKilledAndPaused(t *testing.T) {
 		t.Errorf("%d of %d units sold with one admitter killed and one paused", len(won), units)
 	}
 	db, rdb := testenv.Open(t, st.DSN), testenv.Redis(t, st.RedisDB)
+	s := waitRest(t, db, rdb, vid, 10*time.Second)
+	checkInvariants(t, s, units, won)
+}
+
+// A room's line across two faults, on servers of the test's own: Redis
+// killed and restarted from its append-only file (every place, number,
+// hold and the count served come back as they were), and MySQL cut for two
+// seconds while admitted buyers press (they are answered 503, keep their
+// hold, and buy once MySQL is back: never told sold_out).
+func TestWaitingRoomAcrossRedisRestartAndMySQLCut(t *testing.T) {
+	rd := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	st := newStack(t, 0)
+	cfg, err := mysql.ParseDSN(st.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	my := faultproxy.Start(t, cfg.Addr)
+	cfg.Addr = my.Addr()
+	env := st.env(freeAddr(t), "MYSQL_DSN", cfg.FormatDSN(), "REDIS_ADDR", rd.Addr(), "REDIS_DB", "0")
+	in := start(t, env)
+	admin, _ := mustLogin(t, in.Base, adminPhone)
+	users := loginMany(t, in.Base, 12)
+	const units = 6
+	begin := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	vid := createVoucher(t, in.Base, admin, units, begin, begin.Add(time.Hour), "room", map[string]any{"admit_per_second": 100, "hold_for": 20})
+	place := func(u user) reply { return placeOf(t, in.Base+"/vouchers/"+vid+"/room", u.Token) }
+	for _, u := range users {
+		if r := mustCall(t, "POST", in.Base+"/vouchers/"+vid+"/room", u.Token, nil); r.Status != http.StatusOK {
+			t.Fatalf("join: %s", r.Raw)
+		}
+	}
+	time.Sleep(time.Until(begin) + time.Second) // the first six are admitted
+	before := map[string]string{}
+	var admitted []user
+	for _, u := range users {
+		r := place(u)
+		before[u.ID] = r.Str("state") + " " + r.Str("number") + " " + r.Str("serving")
+		if r.Str("state") == room.StateAdmitted {
+			admitted = append(admitted, u)
+		}
+	}
+	if len(admitted) != units {
+		t.Fatalf("%d admitted a second after the start, want %d: %v", len(admitted), units, before)
+	}
+
+	// Redis dies and comes back from its append-only file: the line is
+	// as it was.
+	rd.Kill()
+	rd.Restart(t)
+	waitFor(t, 10*time.Second, "the instance to reach Redis again", func() bool {
+		r, err := call("GET", in.Base+"/readyz", "", nil)
+		return err == nil && r.Status == http.StatusOK
+	})
+	for _, u := range users {
+		r := place(u)
+		if got := r.Str("state") + " " + r.Str("number") + " " + r.Str("serving"); got != before[u.ID] {
+			t.Errorf("user %s after Redis restarted from its file: %q, before %q", u.ID, got, before[u.ID])
+		}
+	}
+
+	// MySQL is cut while the admitted buyers press: 503, and the hold
+	// stays; healed, they buy.
+	var l ledger
+	my.Cut()
+	for _, u := range admitted[:3] {
+		if o := buy(&l, in.Base, u, vid); o.Status != http.StatusServiceUnavailable {
+			t.Errorf("a press while MySQL is cut: %d %s, want 503", o.Status, o.Code)
+		}
+		if r := place(u); r.Str("state") != room.StateAdmitted {
+			t.Errorf("after a 503: %s, want still admitted", r.Raw)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	my.Heal()
+	for _, u := range admitted {
+		var o outcome
+		for range 20 {
+			if o = buy(&l, in.Base, u, vid); o.Status == http.StatusOK || o.Code == "already_ordered" {
+				break
+			}
+			if o.Code == "sold_out" {
+				t.Errorf("an admitted buyer told sold_out after MySQL came back")
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if o.Status != http.StatusOK {
+			t.Errorf("admitted buyer after MySQL came back: %d %s", o.Status, o.Code)
+		}
+	}
+	won := l.wins(t)
+	db, rdb := testenv.Open(t, st.DSN), rd.Client(t)
 	s := waitRest(t, db, rdb, vid, 10*time.Second)
 	checkInvariants(t, s, units, won)
 }
