@@ -119,6 +119,57 @@ func TestSaleOnRedisCluster(t *testing.T) {
 			}
 		})
 	}
+	// A voucher behind a waiting room: the line's keys and the stock's
+	// share the voucher's slot, so that join.lua, admit.lua and the stock
+	// scripts run on a cluster as on one Redis.
+	for _, mode := range []string{"sync", "async"} {
+		t.Run(mode+"/room", func(t *testing.T) {
+			st := newStack(t, 0)
+			insts := onCluster(t, st, c, mode, 2)
+			admin, _ := mustLogin(t, insts[0].Base, adminPhone)
+			users := loginMany(t, insts[1].Base, 20)
+			const units = 10
+			begin := time.Now().Add(2 * time.Second).Truncate(time.Second)
+			vid := createVoucher(t, insts[0].Base, admin, units, begin, begin.Add(time.Hour), "room", map[string]any{"admit_per_second": 100, "hold_for": 30})
+			for i, u := range users {
+				if r := mustCall(t, "POST", insts[i%2].Base+"/vouchers/"+vid+"/room", u.Token, nil); r.Status != 200 {
+					t.Fatalf("join: %s", r.Raw)
+				}
+			}
+			time.Sleep(time.Until(begin))
+			var l ledger
+			var wg sync.WaitGroup
+			for i, u := range users {
+				wg.Go(func() {
+					for range 40 {
+						r, err := call("GET", insts[i%2].Base+"/vouchers/"+vid+"/room", u.Token, nil)
+						if err == nil && r.Str("state") == "admitted" {
+							if o := buy(&l, insts[(i+1)%2].Base, u, vid); o.Status == 200 || o.Code == "sold_out" {
+								return
+							}
+						}
+						if r.Str("state") == "sold_out" {
+							return
+						}
+						time.Sleep(150 * time.Millisecond)
+					}
+				})
+			}
+			wg.Wait()
+			if n := l.count(409, "sold_out"); n != 0 {
+				t.Errorf("%d admitted buyers were told sold_out", n)
+			}
+			won := l.wins(t)
+			if len(won) != units {
+				t.Errorf("%d of %d units sold through the room on a cluster", len(won), units)
+			}
+			db := testenv.Open(t, st.DSN)
+			if mode == "async" {
+				waitWritten(t, db, rdb, vid, won, 15*time.Second)
+			}
+			checkInvariants(t, waitRest(t, db, rdb, vid, 5*time.Second), units, won)
+		})
+	}
 	// A hot voucher split into three buckets, one on each master, sold by
 	// three instances: its users' homes spread over the buckets, and the
 	// last units sell from whichever bucket still has them. In async mode
