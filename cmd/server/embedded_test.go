@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"seckill/internal/auth"
 )
 
 // TestEmbeddedDemo is what a newcomer with only Go does: start the server
@@ -91,6 +93,16 @@ func TestEmbeddedDemo(t *testing.T) {
 	}
 	if won != 1 {
 		t.Errorf("%d buyers won the room's one unit, want 1", won)
+	}
+
+	// Logging out everywhere works on the demo's Redis too: the token is
+	// refused within a Refresh.
+	if r := mustCall(t, "POST", base+"/auth/logout", other, nil); r.Status != http.StatusOK {
+		t.Errorf("logout on the demo: %d %s", r.Status, r.Raw)
+	}
+	time.Sleep(auth.Refresh + 100*time.Millisecond)
+	if r := mustCall(t, "GET", base+"/vouchers/"+rv+"/room", other, nil); r.Status != http.StatusUnauthorized {
+		t.Errorf("a token after its logout on the demo: %d %s", r.Status, r.Raw)
 	}
 
 	// Stopping is clean.

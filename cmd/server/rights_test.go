@@ -59,7 +59,7 @@ func TestAPIAdminRoleEnds(t *testing.T) {
 
 // POST /auth/logout ends every session of its caller: the token it was
 // sent with, and any other issued before it, is refused on every
-// instance within auth.Recheck; a login afterwards works at once, on
+// instance within auth.Refresh; a login afterwards works at once, on
 // every instance.
 func TestAPILogoutEverywhere(t *testing.T) {
 	// A Redis database of its own: a logout is kept in Redis by user ID
@@ -101,9 +101,9 @@ func TestAPILogoutEverywhere(t *testing.T) {
 			t.Error("a login right after the logout: its token refused")
 		}
 	}
-	// Every old token, on every instance, within Recheck (and a second
+	// Every old token, on every instance, within Refresh (and a second
 	// for the test's own requests).
-	waitFor(t, auth.Recheck+time.Second, "the old tokens refused on every instance", func() bool {
+	waitFor(t, auth.Refresh+time.Second, "the old tokens refused on every instance", func() bool {
 		for _, in := range []*instance{a, b} {
 			for _, tok := range []string{first, second} {
 				if accepted(in, tok) {

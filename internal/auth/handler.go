@@ -69,7 +69,7 @@ func (h *Handler) Login(c *gin.Context) {
 
 // Logout answers POST /auth/logout: "log out everywhere". Every token of
 // the caller's issued until now, this one included, stops working on
-// every instance within Recheck; a login afterwards gets a token that
+// every instance within Refresh; a login afterwards gets a token that
 // works.
 func (h *Handler) Logout(c *gin.Context) {
 	if err := h.svc.Logout(c.Request.Context(), From(c).UserID); err != nil {

@@ -118,7 +118,7 @@ func (s *Service) Login(ctx context.Context, phone, code, addr string) (string, 
 }
 
 // Logout ends every session of user: their tokens issued until now are
-// void on every instance within Recheck (sessions.go). Logging in again
+// void on every instance within Refresh (sessions.go). Logging in again
 // works at once.
 func (s *Service) Logout(ctx context.Context, user int64) error {
 	return s.tokens.EndSessions(ctx, user)

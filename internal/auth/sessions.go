@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,12 +18,14 @@ import (
 // is its user until it expires. So a user who ends their sessions (POST
 // /auth/logout: a lost phone, a shared computer) writes one number to
 // Redis, the second from which their tokens count; a token issued before
-// it is void. Checking that on every request would cost the buy path a
-// round trip to Redis; instead each instance reads it when it first
-// verifies a token, and again at most every Recheck while the token is
-// used (the cache of verified tokens, token.go). Between two checks, a
-// token voided meanwhile still passes: Recheck is how long a logout may
-// take to reach every instance.
+// it is void. Asking Redis that on every request, or on every token's
+// first use, would cost the buy path a round trip it has never had. So
+// the logout also goes into a stream, and each instance keeps the streams'
+// last day in memory (logouts, below): at most once every Refresh, the
+// first request that finds the memory older reads what the stream added
+// since, in one command. Checking a token is then a map lookup. A logout
+// reaches every instance within Refresh (plus the moment a request takes
+// to come).
 
 const (
 	// MaxTTL is the longest a token may live (TOKEN_TTL). A stolen token
@@ -30,13 +33,16 @@ const (
 	// user's tokens count must be kept in Redis that long after a logout.
 	MaxTTL = 24 * time.Hour
 
-	// Recheck bounds how long after a logout everywhere a token issued
-	// before it still passes on an instance that had verified it: at
-	// most one GET per token and instance every 5 seconds, whatever the
-	// token's requests, which a buyer pressing at SECKILL_RATE (10 a
-	// second) sends some fifty of; and sooner than anyone who logs out
-	// on one device reaches for another.
-	Recheck = 5 * time.Second
+	// Refresh bounds how long after a logout everywhere a token issued
+	// before it still passes: each instance reads the logouts made since
+	// its last read at most this often, one command whatever the number
+	// of tokens, and sooner than anyone who logs out on one device
+	// reaches for another.
+	Refresh = time.Second
+
+	// staleAfter: an instance that could not read the logouts for this
+	// long answers unavailable rather than let a voided token through.
+	staleAfter = 5 * Refresh
 )
 
 var (
@@ -47,18 +53,21 @@ var (
 
 // sessionsKey is where the second from which user's tokens count is
 // kept: one key per user who ever logged out everywhere, gone once every
-// token it voids has expired.
+// token it voids has expired. logoutsKey is the stream of logouts. The
+// braces put both in one Redis Cluster slot: end_sessions.lua writes both.
 func sessionsKey(user int64) string {
-	return "login:user:" + strconv.FormatInt(user, 10) + ":sessions_from"
+	return "login:{logouts}:user:" + strconv.FormatInt(user, 10)
 }
 
+const logoutsKey = "login:{logouts}"
+
 // EndSessions voids every token of user issued until now, on every
-// instance within Recheck. Tokens issued from then on work.
+// instance within Refresh. Tokens issued from then on work.
 func (t *Tokens) EndSessions(ctx context.Context, user int64) error {
 	if t.rdb == nil {
 		return errors.New("end sessions: no Redis to keep them in")
 	}
-	err := endSessionsScript.Run(ctx, t.rdb, []string{sessionsKey(user)}, t.now().Unix(), int64(MaxTTL/time.Second)).Err()
+	err := endSessionsScript.Run(ctx, t.rdb, []string{sessionsKey(user), logoutsKey}, user, t.now().Unix(), int64(MaxTTL/time.Second)).Err()
 	if err != nil {
 		return apperr.Down(fmt.Errorf("end sessions of user %d: %w", user, err))
 	}
@@ -67,7 +76,9 @@ func (t *Tokens) EndSessions(ctx context.Context, user int64) error {
 
 // voidBefore returns the second (Unix) before which user's tokens are
 // void; 0 if they never logged out everywhere (or so long ago that every
-// token then issued has expired).
+// token then issued has expired). It asks Redis: for a login (Issue),
+// which must not sign a token that a logout a moment ago on another
+// instance voids.
 func (t *Tokens) voidBefore(ctx context.Context, user int64) (int64, error) {
 	n, err := t.rdb.Get(ctx, sessionsKey(user)).Int64()
 	switch {
@@ -77,4 +88,100 @@ func (t *Tokens) voidBefore(ctx context.Context, user int64) (int64, error) {
 		return 0, apperr.Down(fmt.Errorf("read sessions of user %d: %w", user, err))
 	}
 	return n, nil
+}
+
+// logouts is an instance's memory of the logouts of the last day: user ->
+// the second from which their tokens count, as the stream of logouts
+// (logoutsKey) says, read up to last.
+type logouts struct {
+	mu    sync.RWMutex
+	from  map[int64]int64
+	last  string // the stream entry read up to ("0": none yet)
+	fresh int64  // Unix nanoseconds of the last read (0: never read)
+
+	reading sync.Mutex // one read at a time
+}
+
+// voidBefore returns the second before which user's tokens are void (0:
+// none), from memory, after reading the stream if the memory is older
+// than Refresh. A read that fails is answered unavailable only once the
+// memory is older than staleAfter: a moment of Redis trouble costs the
+// requests nothing, a long one does not let a voided token through.
+func (l *logouts) voidBefore(ctx context.Context, rdb redis.UniversalClient, user, now int64) (int64, error) {
+	l.mu.RLock()
+	fresh, from := l.fresh, l.from[user]
+	l.mu.RUnlock()
+	if now-fresh < int64(Refresh) {
+		return from, nil
+	}
+	if err := l.read(ctx, rdb, now); err != nil {
+		if now-fresh >= int64(staleAfter) {
+			return 0, err
+		}
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.from[user], nil
+}
+
+// read adds to memory what the stream added since the last read: by one
+// request, while the others go on with the memory they have (or, if it is
+// older than staleAfter, wait for this read).
+func (l *logouts) read(ctx context.Context, rdb redis.UniversalClient, now int64) error {
+	if !l.reading.TryLock() {
+		l.mu.RLock()
+		stale := now-l.fresh >= int64(staleAfter)
+		l.mu.RUnlock()
+		if !stale {
+			return nil
+		}
+		l.reading.Lock()
+	}
+	defer l.reading.Unlock()
+	l.mu.RLock()
+	last, done := l.last, now-l.fresh < int64(Refresh)
+	l.mu.RUnlock()
+	if done { // another request read meanwhile
+		return nil
+	}
+	if last == "" {
+		last = "0"
+	}
+	add := map[int64]int64{}
+	for {
+		streams, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{logoutsKey, last}, Count: 1000, Block: -1}).Result()
+		if errors.Is(err, redis.Nil) { // no stream (no logout in a day), or nothing new
+			break
+		}
+		if err != nil {
+			return apperr.Down(fmt.Errorf("read the logouts: %w", err))
+		}
+		entries := streams[0].Messages
+		for _, e := range entries {
+			last = e.ID
+			u, _ := strconv.ParseInt(fmt.Sprint(e.Values["user"]), 10, 64)
+			f, _ := strconv.ParseInt(fmt.Sprint(e.Values["from"]), 10, 64)
+			add[u] = max(add[u], f)
+		}
+		if len(entries) < 1000 {
+			break
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.from == nil {
+		l.from = map[int64]int64{}
+	}
+	for u, f := range add {
+		l.from[u] = max(l.from[u], f)
+	}
+	// Forget what no token can outlive: the memory stays a day's worth.
+	oldest := time.Unix(0, now).Add(-MaxTTL).Unix()
+	for u, f := range l.from {
+		if f < oldest {
+			delete(l.from, u)
+		}
+	}
+	l.last, l.fresh = last, now
+	return nil
 }

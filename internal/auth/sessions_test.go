@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +26,10 @@ import (
 // These tests run several instances' auth side by side, each with Tokens
 // of its own (so a cache of verified tokens of its own), on one MySQL
 // database and one Redis, as instances behind a balancer share them. Their
-// clock is the test's, moved by hand, so that the bounds (Recheck,
-// adminFor) are crossed without waiting for them.
+// clock is the test's, moved by hand, so that the bounds (Refresh,
+// adminFor) are crossed without waiting for them. Their Redis is database
+// 1, this package's alone, flushed: the logouts' stream is one for every
+// user, and other tests' databases number their users from 1 too.
 
 // testClock is a clock moved by hand.
 type testClock struct {
@@ -105,13 +108,13 @@ func (in *authInstance) logIn(t *testing.T, phone string) (string, int64) {
 }
 
 // After POST /auth/logout, every token of the user issued until then is
-// refused on every instance within Recheck: at once on an instance that
-// never saw it, and at the next check on those that had verified it. A
+// refused on every instance within Refresh: at once on an instance that
+// never read the logouts, and at its next read on one that had. A
 // login afterwards works at once (even in the very second of the logout),
 // and other users' tokens are untouched.
 func TestLogoutEverywhere(t *testing.T) {
 	db := testenv.Open(t, testenv.MySQLDSN(t))
-	rdb := testenv.Redis(t, 0)
+	rdb := sessionsRedis(t)
 	clock := &testClock{t: time.Now().Truncate(time.Second)}
 	a, b := newAuthInstance(db, rdb, clock), newAuthInstance(db, rdb, clock)
 	phone := testPhone(t, a.svc)
@@ -134,12 +137,12 @@ func TestLogoutEverywhere(t *testing.T) {
 		in.expect(t, "new token", "/me", now, http.StatusOK)
 	}
 
-	// Recheck after the old token was last checked (a second before the
-	// logout), every instance has asked again.
-	clock.add(Recheck - time.Second)
+	// Refresh after their last read of the logouts (a second before the
+	// logout), every instance has read again.
+	clock.add(Refresh)
 	for i, in := range []*authInstance{a, b, fresh} {
-		in.expect(t, "old token after Recheck on instance "+string(rune('A'+i)), "/me", old, http.StatusUnauthorized)
-		in.expect(t, "new token after Recheck", "/me", now, http.StatusOK)
+		in.expect(t, "old token after Refresh on instance "+string(rune('A'+i)), "/me", old, http.StatusUnauthorized)
+		in.expect(t, "new token after Refresh", "/me", now, http.StatusOK)
 		in.expect(t, "another user's token", "/me", other, http.StatusOK)
 	}
 	// The old token stays refused (remembered as void, no more Redis).
@@ -177,7 +180,7 @@ func TestLogoutEverywhere(t *testing.T) {
 // a token it voids could: past the longest token's life, counted from
 // that second.
 func TestEndSessionsKeyExpires(t *testing.T) {
-	rdb := testenv.Redis(t, 0)
+	rdb := sessionsRedis(t)
 	now := time.Now().Truncate(time.Second)
 	tokens := NewTokens(sessionsTestKey, time.Hour, rdb, func() time.Time { return now })
 	user := testenv.ID()
@@ -216,5 +219,64 @@ func TestVerifyWithoutRedis(t *testing.T) {
 	}
 	if err := down.EndSessions(context.Background(), 42); !errors.Is(err, apperr.ErrUnavailable) {
 		t.Errorf("EndSessions with Redis down = %v; want unavailable", err)
+	}
+}
+
+// sessionsRedis is Redis database 1, this package's alone, flushed.
+func sessionsRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	rdb := testenv.Redis(t, 1)
+	if err := rdb.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb
+}
+
+// Verifying tokens asks Redis nothing per token: a thousand users' tokens,
+// each verified twice, cost one read of the logouts a Refresh, whoever
+// they are; a logout made meanwhile is seen at the next read.
+func TestVerifyReadsLogoutsOnceARefresh(t *testing.T) {
+	rdb := sessionsRedis(t)
+	clock := &testClock{t: time.Now().Truncate(time.Second)}
+	tokens := NewTokens(sessionsTestKey, time.Hour, rdb, clock.now)
+	ctx := context.Background()
+	var issued []string
+	for u := int64(1); u <= 1000; u++ {
+		tok, err := tokens.Issue(ctx, Identity{UserID: u, Role: RoleUser})
+		if err != nil {
+			t.Fatal(err)
+		}
+		issued = append(issued, tok)
+	}
+	reads := func() int64 {
+		stats, err := rdb.Do(ctx, "INFO", "commandstats").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(stats) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_xread:calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	clock.add(time.Second) // a logout in a later second than the logins
+	if err := tokens.EndSessions(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	before := reads()
+	for range 2 {
+		for i, tok := range issued {
+			_, err := tokens.Verify(ctx, tok)
+			if void := i == 6; (err != nil) != void {
+				t.Fatalf("user %d: %v", i+1, err)
+			}
+		}
+	}
+	// Other tests may read streams of their own at the same time: a
+	// handful more is theirs, not a read per token.
+	if n := reads() - before; n > 5 {
+		t.Errorf("%d stream reads for 2,000 verifications within one Refresh, want one", n)
 	}
 }

@@ -13,9 +13,9 @@
 // signed it, and exp bounds how long a stolen token is worth anything
 // (TOKEN_TTL, at most MaxTTL). Two things end a token sooner, each off
 // the buy path's cost: a user who logs out everywhere voids every token
-// of theirs issued until then (sessions.go: one timestamp in Redis, which
-// each instance reads when it first sees a token and again at most every
-// Recheck), and an admin token is admin only while its user's phone is
+// of theirs issued until then (sessions.go: a stream of logouts in Redis,
+// which each instance reads into memory at most every Refresh), and an
+// admin token is admin only while its user's phone is
 // in ADMIN_PHONES (roles.go: read again on the admin routes).
 package auth
 
@@ -117,6 +117,9 @@ type Tokens struct {
 	now    func() time.Time
 	parser *jwt.Parser
 	seen   tokenCache
+	// logouts is this instance's memory of the users who logged out
+	// everywhere (sessions.go).
+	logouts logouts
 }
 
 // tokenCache remembers tokens already verified. A flash sale's users send
@@ -126,7 +129,7 @@ type Tokens struct {
 // The key is the SHA-256 of the whole token string, signature included, so
 // a hit is the very token that was verified (finding another string with
 // the same SHA-256 is beyond anyone); only its expiry is checked again,
-// and, at most every Recheck, whether its user ended their sessions since.
+// and whether its user ended their sessions since (from memory).
 // Keys are 32-byte arrays and entries numbers, so the maps hold no
 // pointer and the garbage collector never scans a sale's hundreds of
 // thousands of them (as it had to, in a sync.Map of token strings: about
@@ -141,11 +144,10 @@ type tokenShard struct {
 }
 
 type verifiedToken struct {
-	user    int64
-	admin   bool
-	exp     int64 // Unix nanoseconds; 0: a token void for good (its user logged out everywhere since)
-	iat     int64 // Unix seconds
-	checked int64 // Unix nanoseconds: when Redis last said the token's user had not voided it
+	user  int64
+	admin bool
+	exp   int64 // Unix nanoseconds; 0: a token void for good (its user logged out everywhere since)
+	iat   int64 // Unix seconds
 }
 
 // maxSeenTokens bounds the cache: a shard past its share starts again
@@ -233,8 +235,10 @@ func (t *Tokens) Issue(ctx context.Context, id Identity) (string, error) {
 // Verify checks a token's signature, algorithm, claims and expiry, and
 // that its user has not logged out everywhere since it was issued, and
 // returns who it names. A token already verified is answered from memory,
-// and Redis is asked again about its user at most every Recheck; an error
-// of Redis is answered as unavailable, never as a good token.
+// and whether its user logged out since from this instance's memory of
+// the logouts, which Redis brings up to date at most every Refresh; a
+// memory Redis could not refresh for long is answered as unavailable,
+// never as a good token.
 func (t *Tokens) Verify(ctx context.Context, token string) (Identity, error) {
 	sum := digest(token)
 	now := t.now().UnixNano()
@@ -242,10 +246,7 @@ func (t *Tokens) Verify(ctx context.Context, token string) (Identity, error) {
 		if now >= v.exp {
 			return Identity{}, ErrBadToken
 		}
-		if t.rdb == nil || now-v.checked < int64(Recheck) {
-			return v.identity(), nil
-		}
-		return t.recheck(ctx, sum, v, now)
+		return t.unlessVoided(ctx, sum, v, now)
 	}
 	var c claims
 	_, err := t.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.key, nil })
@@ -261,40 +262,28 @@ func (t *Tokens) Verify(ctx context.Context, token string) (Identity, error) {
 	if c.IssuedAt != nil { // every token Issue signs has one; one without is void after any logout
 		v.iat = c.IssuedAt.Time.Unix()
 	}
+	if c.NotBefore == nil { // a token not valid yet must be parsed again later
+		t.seen.store(sum, v)
+	}
+	return t.unlessVoided(ctx, sum, v, now)
+}
+
+// unlessVoided returns v's identity unless its user logged out everywhere
+// after it was issued, as this instance's memory of the logouts has it
+// (sessions.go: a map lookup, and at most once every Refresh a read of
+// what the logouts' stream added). A token found void is remembered so,
+// for good: the second from which a user's tokens count only moves on.
+func (t *Tokens) unlessVoided(ctx context.Context, sum [sha256.Size]byte, v verifiedToken, now int64) (Identity, error) {
 	if t.rdb != nil {
-		void, err := t.voidBefore(ctx, id)
+		void, err := t.logouts.voidBefore(ctx, t.rdb, v.user, now)
 		if err != nil {
 			return Identity{}, err
 		}
 		if v.iat < void {
 			v.exp = 0
+			t.seen.store(sum, v)
+			return Identity{}, ErrBadToken
 		}
-		v.checked = now
-	}
-	if c.NotBefore == nil { // a token not valid yet must be parsed again later
-		t.seen.store(sum, v)
-	}
-	if v.exp == 0 {
-		return Identity{}, ErrBadToken
-	}
-	return v.identity(), nil
-}
-
-// recheck asks Redis again whether v's user voided it (sessions.go), and
-// remembers the answer: a token voided once is void for good, since the
-// second from which a user's tokens count only moves on.
-func (t *Tokens) recheck(ctx context.Context, sum [sha256.Size]byte, v verifiedToken, now int64) (Identity, error) {
-	void, err := t.voidBefore(ctx, v.user)
-	if err != nil {
-		return Identity{}, err
-	}
-	if v.iat < void {
-		v.exp = 0
-	}
-	v.checked = now
-	t.seen.store(sum, v)
-	if v.exp == 0 {
-		return Identity{}, ErrBadToken
 	}
 	return v.identity(), nil
 }
