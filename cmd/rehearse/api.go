@@ -152,6 +152,17 @@ func login(ctx context.Context, cl *http.Client, base, phone string) (account, e
 // once, spreading them over bases.
 func loginAll(ctx context.Context, cl *http.Client, bases []string, first int64, n, c int) ([]account, error) {
 	out := make([]account, n)
+	if n == 0 {
+		return out, nil
+	}
+	// The first alone: a server that answers no code (AUTH_DEV_CODES off,
+	// a real SMS gateway behind it) stops the crowd after one code sent,
+	// not after c codes to c strangers' phones.
+	a, err := login(ctx, cl, bases[0], strconv.FormatInt(first, 10))
+	if err != nil {
+		return nil, fmt.Errorf("log in %d: %w", first, err)
+	}
+	out[0] = a
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan int)
@@ -170,7 +181,7 @@ func loginAll(ctx context.Context, cl *http.Client, bases []string, first int64,
 		})
 	}
 feed:
-	for i := range n {
+	for i := 1; i < n; i++ {
 		select {
 		case jobs <- i:
 		case <-ctx.Done():
