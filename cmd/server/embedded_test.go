@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +81,29 @@ func TestEmbeddedDemo(t *testing.T) {
 		if r := mustCall(t, "POST", base+"/vouchers/"+rv+"/room", tok, nil); r.Status != http.StatusOK || r.Str("state") != "waiting" {
 			t.Fatalf("join the demo's room: %d %s", r.Status, r.Raw)
 		}
+	}
+	// The place as events: the first at once, then the admission as it
+	// comes.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Until(begin)+5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/vouchers/"+rv+"/room/events", nil)
+	req.Header.Set("Authorization", "Bearer "+user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("room events: %v %v", err, resp)
+	}
+	var states []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !slices.Contains(states, "admitted") && !slices.Contains(states, "sold_out") {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var p struct{ State string }
+			json.Unmarshal([]byte(data), &p)
+			states = append(states, p.State)
+		}
+	}
+	resp.Body.Close()
+	if len(states) < 2 || states[0] != "waiting" {
+		t.Errorf("the room's events: %v, want waiting, then the turn", states)
 	}
 	time.Sleep(time.Until(begin) + 1500*time.Millisecond)
 	won := 0

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -110,22 +109,18 @@ func (h *Handler) Events(c *gin.Context) {
 		return
 	}
 	defer leave()
-	c.Header("Content-Type", "text/event-stream")
-	c.Header("Cache-Control", "no-store")
-	c.Header("X-Accel-Buffering", "no") // nginx: pass each event on at once
-	c.Status(http.StatusOK)
-	rc := http.NewResponseController(c.Writer)
-	// At once, before the first event (up to a second and a bit away
-	// when this stream starts its voucher's reader): the page shows it
-	// is connected.
-	if send(rc, c.Writer, []byte("retry: 1000\n\n")) != nil {
+	// Opened at once, before the first event (up to a second and a bit
+	// away when this stream starts its voucher's reader): the page shows
+	// it is connected.
+	stream, err := web.OpenStream(c)
+	if err != nil {
 		return
 	}
 	end := time.After(streamFor)
 	for {
 		select {
 		case event := <-events:
-			if send(rc, c.Writer, event) != nil || last(event) {
+			if stream.Send(event) != nil || last(event) {
 				return // the client left, or the sale ended
 			}
 		case <-ctx.Done():
@@ -136,17 +131,6 @@ func (h *Handler) Events(c *gin.Context) {
 			return
 		}
 	}
-}
-
-// send writes b to the stream and flushes it.
-func send(rc *http.ResponseController, w io.Writer, b []byte) error {
-	// The server's WriteTimeout counts from the request's start: each
-	// event moves the deadline on, or the stream would be cut after it.
-	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := w.Write(b); err != nil {
-		return err
-	}
-	return rc.Flush()
 }
 
 // StartCrowd answers POST /live/{voucherId}/crowd (admins): a simulated

@@ -15,19 +15,7 @@ import (
 // more (BENCHMARKS.md, "The waiting room"):
 //
 //	go test -run '^$' -bench 'Join|SoldOut' -benchtime 3s ./internal/room/
-func BenchmarkJoin(b *testing.B) {
-	r := newRig(b, 1_000_000, 1000, time.Hour, time.Minute) // before begin_time: drawn joins
-	var user atomic.Int64
-	b.SetParallelism(parallel)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := r.store.Join(context.Background(), r.sale, user.Add(1)); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
+func BenchmarkJoin(b *testing.B) { benchJoins(b, time.Hour) } // before begin_time: drawn joins
 
 // parallel is the goroutines per core each benchmark keeps asking at
 // once: enough to keep Redis busy, so that what is measured is the
@@ -36,8 +24,11 @@ const parallel = 32
 
 // BenchmarkJoinAfterBegin is BenchmarkJoin for the joins after the draw,
 // numbered in the order they come.
-func BenchmarkJoinAfterBegin(b *testing.B) {
-	r := newRig(b, 1_000_000, 1000, -time.Second, time.Minute)
+func BenchmarkJoinAfterBegin(b *testing.B) { benchJoins(b, -time.Second) }
+
+// benchJoins joins new users to a room whose sale begins in begin.
+func benchJoins(b *testing.B, begin time.Duration) {
+	r := newRig(b, 1_000_000, 1000, begin, time.Minute)
 	var user atomic.Int64
 	b.SetParallelism(parallel)
 	b.RunParallel(func(pb *testing.PB) {

@@ -139,12 +139,8 @@ func (h *Handler) Events(c *gin.Context) {
 		web.Error(c, h.log, err)
 		return
 	}
-	c.Header("Content-Type", "text/event-stream")
-	c.Header("Cache-Control", "no-store")
-	c.Header("X-Accel-Buffering", "no")
-	c.Status(http.StatusOK)
-	rc := http.NewResponseController(c.Writer)
-	if send(rc, c.Writer, []byte("retry: 1000\n\n")) != nil {
+	stream, err := web.OpenStream(c)
+	if err != nil {
 		return
 	}
 	var sent Place
@@ -156,7 +152,7 @@ func (h *Handler) Events(c *gin.Context) {
 		}
 		data, _ := json.Marshal(p)
 		sent, sentAt = p, time.Now()
-		return send(rc, c.Writer, append(append([]byte("event: place\ndata: "), data...), "\n\n"...))
+		return stream.Send(append(append([]byte("event: place\ndata: "), data...), "\n\n"...))
 	}
 	if emit(snap.place(*sale), true) != nil {
 		return
@@ -200,17 +196,6 @@ func (h *Handler) Events(c *gin.Context) {
 			return
 		}
 	}
-}
-
-// send writes b to the stream and flushes it.
-func send(rc *http.ResponseController, w gin.ResponseWriter, b []byte) error {
-	// The server's WriteTimeout counts from the request's start: each
-	// event moves the deadline on.
-	rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := w.Write(b); err != nil {
-		return err
-	}
-	return rc.Flush()
 }
 
 func sameInt(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
