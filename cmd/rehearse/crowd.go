@@ -203,8 +203,12 @@ func (d *driver) person(ctx context.Context, cl *http.Client, u int, p plan) {
 			return
 		}
 		switch {
-		case a.Code == "not_started" && a.Done < p.first:
-			due = p.first // they watch the countdown, and press when it ends
+		case a.Code == "not_started" && due < p.first:
+			// An early press: they watch the countdown, and press when
+			// it ends, at their planned moment, even if this answer came
+			// back after it (timed from then, a slow answer before the
+			// start shows in that press's latency rather than moving it).
+			due = p.first
 		case retries == d.shape.Retries:
 			return // gives up
 		default:

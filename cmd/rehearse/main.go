@@ -84,7 +84,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&s.Lead, "lead", 3*time.Second, "people turn up over this stretch before the start")
 	fs.Float64Var(&s.Early, "early", 0.15, "share of those who press as they turn up, before the start (told not_started)")
 	fs.Float64Var(&s.Late, "late", 0.2, "share of people who turn up after the start instead")
-	fs.DurationVar(&s.Tail, "tail", 2*time.Second, "how far apart, on average, the late ones turn up (exponential)")
+	fs.DurationVar(&s.Tail, "tail", 2*time.Second, "the late ones turn up this long after the start, on average (each an exponential draw)")
 	fs.DurationVar(&s.React, "react", 250*time.Millisecond, "a person's median reaction time, from the start or their arrival to the press")
 	fs.Float64Var(&s.Honour, "honour", 0.8, "share of people who wait as Retry-After says")
 	fs.IntVar(&s.Retries, "retries", 5, "retries a person makes after 429, 5xx or no answer before giving up")

@@ -3,7 +3,7 @@
 // legend that names every series, and vertical marks for moments worth
 // pointing at (the sale opens, the stock runs out).
 //
-// The reports that use it (cmd/rehearse's, cmd/lab's timelines) are files
+// The reports that use it (cmd/rehearse's; cmd/lab's timelines could) are files
 // a team opens long after the run, often offline: the pictures are drawn
 // here, in Go, rather than by a charting script fetched from elsewhere.
 // The SVG is plain text, so a test can read what was drawn (every element
