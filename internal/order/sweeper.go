@@ -115,6 +115,17 @@ func (s *Service) sweepVoucher(ctx context.Context, voucherID int64) error {
 		}
 		return nil
 	}
+	// A voucher whose stock keys Redis lost (a failover to a replica that
+	// had not received them, a restart without persistence) is reloaded
+	// here too, not only by the next request that finds them missing: a
+	// sale whose buyers stopped pressing while Redis was away would
+	// otherwise stay without its keys, and Redis' count unlike MySQL's,
+	// until someone pressed again.
+	if _, ok, err := s.stocks.Left(ctx, voucherID, v.Parts()); err != nil {
+		return err
+	} else if !ok {
+		return s.reload(ctx, voucherID, v.Parts())
+	}
 	fixed, err := s.stocks.Reconcile(ctx, voucherID, v.Parts(), func(ctx context.Context) (int64, error) {
 		// Orders on their way hold units MySQL does not show yet:
 		// compare only when all of this voucher's are written.
