@@ -2,12 +2,8 @@ package queue
 
 import (
 	"context"
-	_ "embed"
-	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +14,10 @@ import (
 
 // Delivery: the consumer group that writes every accepted order to MySQL
 // exactly once in effect, through a Writer.
+//
+// This file holds the consumer, its loop (Run) and its health (sick,
+// recover). What it reads from the stream is in consumer_read.go, how it
+// writes and acknowledges a batch in consumer_write.go.
 
 // Writer writes accepted orders to the database, and says what became of
 // them. Package order's is the one the server runs; this package knows no
@@ -62,16 +62,6 @@ const (
 	// IDTaken: the entry's order ID is another order's. Dead-lettered at
 	// once.
 	IDTaken
-)
-
-var (
-	//go:embed prune.lua
-	pruneSrc    string
-	pruneScript = redis.NewScript(pruneSrc)
-
-	//go:embed ack.lua
-	ackSrc    string
-	ackScript = redis.NewScript(ackSrc)
 )
 
 // Config tunes the consumer that writes accepted orders to MySQL.
@@ -251,273 +241,4 @@ func (p *Consumer) recover(ctx, drain context.Context) {
 	p.log.Info("MySQL takes writes again", "after", p.now().Sub(p.sickSince).Round(time.Millisecond))
 	p.backoff, p.lastErr = 0, nil
 	p.catchUp(drain)
-}
-
-// ownPending reads up to size entries delivered to this consumer and not
-// yet acknowledged, without delivering them again (XPENDING, then XRANGE).
-func (p *Consumer) ownPending(ctx context.Context) ([]redis.XMessage, error) {
-	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: p.stream, Group: GroupName, Start: "-", End: "+", Count: int64(p.size), Consumer: p.cfg.Consumer,
-	}).Result()
-	if err != nil || len(ps) == 0 {
-		return nil, err
-	}
-	pipe := p.rdb.Pipeline()
-	reads := make([]*redis.XMessageSliceCmd, len(ps))
-	for i, e := range ps {
-		reads[i] = pipe.XRangeN(ctx, p.stream, e.ID, e.ID, 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	var msgs []redis.XMessage
-	for _, r := range reads {
-		msgs = append(msgs, r.Val()...) // none: trimmed after another consumer wrote it
-	}
-	return msgs, nil
-}
-
-// ensureGroup creates the group, and the stream with it, if missing:
-// reading with a group that does not exist fails with NOGROUP. "0" makes
-// a new group start at the oldest entry, so entries accepted before the
-// group existed are not skipped.
-func (p *Consumer) ensureGroup(ctx context.Context) error {
-	err := p.rdb.XGroupCreateMkStream(ctx, p.stream, GroupName, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("create group %s: %w", GroupName, err)
-	}
-	return nil
-}
-
-// readNew reads entries never delivered to anyone, and writes them. block
-// 0 means do not wait.
-func (p *Consumer) readNew(ctx context.Context, block time.Duration) (int, error) {
-	args := &redis.XReadGroupArgs{
-		Group: GroupName, Consumer: p.cfg.Consumer,
-		Streams: []string{p.stream, ">"}, Count: int64(p.size), Block: block,
-	}
-	if block == 0 {
-		args.Block = -1 // go-redis: negative leaves BLOCK out; 0 would block forever
-	}
-	streams, err := p.rdb.XReadGroup(ctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil // a blocking read that timed out
-	}
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "NOGROUP") {
-			return 0, p.ensureGroup(ctx) // Redis lost the group (a flush)
-		}
-		return 0, err
-	}
-	n := 0
-	for _, s := range streams {
-		n += len(s.Messages)
-		if err := p.handle(ctx, s.Messages); err != nil {
-			p.fell(err)
-		}
-	}
-	return n, nil
-}
-
-// catchUp rereads the entries delivered to this consumer and not yet
-// acknowledged (ID "0" instead of ">"), and writes them.
-func (p *Consumer) catchUp(ctx context.Context) {
-	from := "0"
-	for ctx.Err() == nil {
-		streams, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: GroupName, Consumer: p.cfg.Consumer,
-			Streams: []string{p.stream, from}, Count: int64(p.size), Block: -1,
-		}).Result()
-		if err != nil || len(streams) == 0 || len(streams[0].Messages) == 0 {
-			return
-		}
-		msgs := streams[0].Messages
-		if err := p.handle(ctx, msgs); err != nil {
-			p.fell(err)
-			return // the rest wait: rereading them would keep them from being claimed
-		}
-		from = msgs[len(msgs)-1].ID
-	}
-}
-
-// claim takes over entries another consumer was given but has not
-// acknowledged for ClaimIdle: that consumer's process has most likely
-// died. XAUTOCLAIM walks the pending list with a cursor; carrying it from
-// call to call makes each call continue where the last one stopped.
-func (p *Consumer) claim(ctx context.Context) {
-	msgs, next, err := p.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: p.stream, Group: GroupName, Consumer: p.cfg.Consumer,
-		MinIdle: p.cfg.ClaimIdle, Start: p.claimCursor, Count: int64(p.size),
-	}).Result()
-	if err != nil {
-		if !errors.Is(err, redis.Nil) {
-			p.log.Warn("claim idle entries", "err", err)
-		}
-		return
-	}
-	p.claimCursor = next
-	if len(msgs) > 0 {
-		p.log.Info("claimed entries of an idle consumer", "count", len(msgs))
-		if err := p.handle(ctx, msgs); err != nil {
-			p.fell(err)
-		}
-	}
-}
-
-// handle writes a batch and acknowledges what was settled: written, found
-// already written, or sent to the dead letters. An entry that could not be
-// written for a reason that is not its own stays pending, and handle
-// returns that reason: the caller's consumer is sick (see Consumer).
-func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
-	// A batch once read is finished even if shutdown begins meanwhile (ctx
-	// is the drain's, which ends only when SHUTDOWN_GRACE runs out), and
-	// it must end well before another consumer may claim its entries.
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.ClaimIdle/2)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	var msgsOK []redis.XMessage
-	var entries []Entry
-	for _, m := range msgs {
-		e, err := p.parse(m)
-		if err != nil {
-			p.deadLetter(ctx, m, err, false, false) // cannot ever succeed: do not retry
-			continue
-		}
-		msgsOK = append(msgsOK, m)
-		entries = append(entries, e)
-	}
-	if len(entries) == 0 {
-		return nil
-	}
-	verdict, err := p.w.Write(ctx, entries)
-	if verdict == Written {
-		p.cfg.OnBatch(len(entries))
-		p.size = min(2*p.size, p.cfg.Batch)
-		p.ack(ctx, msgsOK, entries)
-		return nil
-	}
-	if errors.Is(err, context.DeadlineExceeded) && len(entries) > 1 {
-		// Too big to write in its time: smaller batches next, or the
-		// same batch would run out of time forever.
-		p.size = max(len(entries)/2, 1)
-	}
-	if verdict == Later {
-		// MySQL is away, read-only, full, or lost the COMMIT's answer
-		// (the next attempt finds the rows if it committed). Writing the
-		// entries one by one would fail the same way.
-		return err
-	}
-	// MySQL refused the batch because of what is in it. Write its entries
-	// one by one, so that one bad entry cannot hold the others back.
-	p.log.Warn("batch refused; writing its entries one by one", "size", len(entries), "err", err)
-	for i, e := range entries {
-		if time.Now().After(deadline) {
-			return nil // the rest stay pending for the next attempt
-		}
-		verdict, err := p.w.Write(ctx, []Entry{e})
-		switch {
-		case verdict == Written:
-			p.cfg.OnBatch(1)
-			p.ack(ctx, msgsOK[i:i+1], entries[i:i+1])
-		case verdict == Later:
-			return err
-		case verdict == NoStock, verdict == HasOrder, verdict == IDTaken:
-			// MySQL refuses it for good: retrying cannot help.
-			p.deadLetter(ctx, msgsOK[i], err, verdict == NoStock, verdict == HasOrder)
-		case p.deliveries(ctx, msgsOK[i].ID) >= p.cfg.MaxDeliveries:
-			p.deadLetter(ctx, msgsOK[i], err, false, false) // MySQL refused this entry, again and again
-		}
-		// Otherwise left pending: catchUp delivers it again, and counts.
-	}
-	return nil
-}
-
-// ack acknowledges written entries, forgets their pending markers, and
-// counts them off their vouchers' queues (ack.lua), in one round trip.
-func (p *Consumer) ack(ctx context.Context, msgs []redis.XMessage, entries []Entry) {
-	keys := []string{p.stream, p.pending}
-	args := []any{GroupName}
-	for i, m := range msgs {
-		keys = append(keys, entries[i].queuedKey())
-		args = append(args, m.ID, entries[i].OrderID)
-	}
-	if err := ackScript.Run(ctx, p.rdb, keys, args...).Err(); err != nil {
-		// Not acknowledged: the entries are delivered again and found
-		// already written. Nothing is lost.
-		p.log.Warn("acknowledge written entries", "count", len(msgs), "err", err)
-	}
-}
-
-// deliveries is how often an entry has been delivered.
-func (p *Consumer) deliveries(ctx context.Context, id string) int64 {
-	ps, err := p.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: p.stream, Group: GroupName, Start: id, End: id, Count: 1,
-	}).Result()
-	if err != nil || len(ps) == 0 {
-		return 0
-	}
-	return ps[0].RetryCount
-}
-
-// trim drops entries every consumer has acknowledged: those older than
-// the oldest pending entry, or than the last delivered one when none is
-// pending. Never an entry that is not yet written.
-func (p *Consumer) trim(ctx context.Context) {
-	groups, err := p.rdb.XInfoGroups(ctx, p.stream).Result()
-	if err != nil {
-		return
-	}
-	var minID string
-	for _, g := range groups {
-		if g.Name != GroupName {
-			continue
-		}
-		minID = g.LastDeliveredID
-		if g.Pending > 0 {
-			sum, err := p.rdb.XPending(ctx, p.stream, GroupName).Result()
-			if err != nil {
-				return
-			}
-			minID = sum.Lower
-		}
-	}
-	if minID == "" || minID == "0-0" {
-		return
-	}
-	if err := p.rdb.XTrimMinIDApprox(ctx, p.stream, minID, 0).Err(); err != nil {
-		p.log.Warn("trim stream", "err", err)
-	}
-}
-
-// pruneConsumers removes from the group the consumers that hold no entry
-// and have not read for a long time: instances that are gone (a name is
-// host:port, and containers get new hosts). A live consumer reads every
-// 200 ms; one that is sick (not reading) and holds nothing loses nothing by
-// being removed: its next read adds it again.
-func (p *Consumer) pruneConsumers(ctx context.Context) {
-	consumers, err := p.rdb.XInfoConsumers(ctx, p.stream, GroupName).Result()
-	if err != nil {
-		return
-	}
-	idle := max(time.Hour, 100*p.cfg.ClaimIdle)
-	for _, c := range consumers {
-		if c.Name != p.cfg.Consumer && c.Pending == 0 && c.Idle > idle {
-			if n, err := pruneScript.Run(ctx, p.rdb, []string{p.stream}, GroupName, c.Name).Int(); err == nil && n == 1 {
-				p.log.Info("removed a consumer gone for long", "gone", c.Name, "idle", c.Idle)
-			}
-		}
-	}
-}
-
-// parse reads an entry of this consumer's stream. An entry whose voucher
-// (or bucket) belongs to another shard (not written by accept.lua, which
-// queues in the shard of the unit's own keys) is malformed too: the
-// scripts that settle it would touch keys of two cluster slots, which
-// Redis Cluster refuses (CROSSSLOT) however often they are tried.
-func (p *Consumer) parse(m redis.XMessage) (Entry, error) {
-	e, err := parseEntry(m)
-	if err == nil && e.shard() != p.cfg.Shard {
-		return Entry{}, fmt.Errorf("entry %s: voucher %d (bucket %d of %d) is of shard %d, not of this stream's %d", m.ID, e.VoucherID, e.Bucket, e.Buckets, e.shard(), p.cfg.Shard)
-	}
-	return e, err
 }

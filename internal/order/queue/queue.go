@@ -7,7 +7,8 @@
 //   - consumer.go: a consumer group writes the stream to MySQL in
 //     batches, through a Writer, acknowledging only what was committed,
 //     claiming what dead consumers held, and backing off while MySQL
-//     cannot write.
+//     cannot write; consumer_read.go is what it reads, consumer_write.go
+//     how it writes and acknowledges.
 //   - deadletters.go: the entries MySQL refused for good, settled at once
 //     and kept for an admin to list and replay.
 //   - orders.go: what the rest of the service asks of the queue: an order
