@@ -11,7 +11,8 @@ import (
 
 // Fairness asks whether the people who pressed first won. Each user's
 // click is the intended send time of their first press at or after the
-// sale opened: the moment they meant to buy, on the generator's one
+// sale opened (or of an earlier one the server sold on: see click): the
+// moment they meant to buy, on the generator's one
 // clock, untouched by how long the server took to hear them. A sale that
 // is first come, first served gives the stock to the first clickers; a
 // lottery gives it to anyone. The figures below say which this sale was,
@@ -23,9 +24,9 @@ import (
 // (docs/api.md, "The draw") and serves the rest in order: the figures of
 // such a sale should look like a lottery for the early and a line after.
 type Fairness struct {
-	Clickers int           `json:"clickers"` // users who pressed at or after the start
+	Clickers int           `json:"clickers"` // users who pressed in the sale (see click)
 	Winners  int           `json:"winners"`
-	Delta    time.Duration `json:"delta"` // clicks closer than this are ties: order within a round trip is noise
+	Delta    time.Duration `json:"delta"` // clicks closer than this are ties (-delta; 0: only equal clicks)
 	// Precision is, of the first FirstS clickers (FirstS = the stock, or
 	// fewer where fewer clicked), the share who won: 1 first come first
 	// served, about stock/clickers a lottery.
@@ -73,20 +74,20 @@ type clicker struct {
 	won   bool
 }
 
-// fairness computes the figures over r. delta ≤ 0 takes the median
-// latency of every answered press.
+// fairness computes the figures over r, clicks closer than delta
+// counting as ties. delta is the reader's choice (-delta), 0 by default:
+// a click is a time the generator planned on its one clock, with no
+// measurement in it, so two clicks are in the order they were planned.
+// It is not taken from the server's latency: a tie window as wide as the
+// round trip would make a slow server look like a lottery and a fast one
+// like a line, whatever it did.
 func fairness(r *Run, delta time.Duration) Fairness {
-	if delta <= 0 {
-		delta = medianLatency(r)
-	}
+	delta = max(delta, 0)
 	wins := winsByUser(r)
 	var cs []clicker
 	for u := range r.Users {
-		for _, a := range attemptsOf(r, u) {
-			if (!r.Voucher.Room && a.Kind == "" && a.Due >= 0) || (r.Voucher.Room && a.Kind == "join") {
-				cs = append(cs, clicker{u, a.Due, len(wins[u]) > 0})
-				break
-			}
+		if at, ok := click(r, u); ok {
+			cs = append(cs, clicker{u, at, len(wins[u]) > 0})
 		}
 	}
 	// Order by click, then by user: equal clicks stay in a fixed order,
@@ -207,21 +208,32 @@ func tries(r *Run, u int) string {
 	return strings.Join(parts, " ")
 }
 
-// medianLatency is the median time from due to answer of every answered
-// press: the round trip under load, below which the order of two clicks
-// says nothing about who was first.
-func medianLatency(r *Run) time.Duration {
-	var ls []time.Duration
-	for _, a := range r.Attempts {
-		if a.Status != 0 && a.Kind == "" {
-			ls = append(ls, a.latency())
+// click is when user u clicked, and false if they never did. With a
+// waiting room it is their first join. Without one it is the due time of
+// their first press that counted in the sale: the first due at or after
+// the start, or an earlier one that the server took into the sale all the
+// same (answered 200, sold_out or already_ordered: it reached the server
+// after begin_time, a bot's poll due a few milliseconds before it, say).
+// A winner always clicked: their 200 counts, whenever it was due.
+func click(r *Run, u int) (time.Duration, bool) {
+	for _, a := range attemptsOf(r, u) {
+		switch {
+		case r.Voucher.Room:
+			if a.Kind == "join" {
+				return a.Due, true
+			}
+		case a.Kind != "":
+		case a.Due >= 0 || inSale(a.Code):
+			return a.Due, true
 		}
 	}
-	if len(ls) == 0 {
-		return 0
-	}
-	slices.Sort(ls)
-	return ls[len(ls)/2]
+	return 0, false
+}
+
+// inSale reports whether an answer of the buy button says the sale was
+// open when the press reached the server.
+func inSale(code string) bool {
+	return code == codeOK || code == "sold_out" || code == "already_ordered"
 }
 
 // secs writes a time of the run as seconds from the start: "-1.20s".

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -123,6 +124,51 @@ func TestFairnessGroups(t *testing.T) {
 	}
 	if f.Clickers != 4 {
 		t.Errorf("%d clickers, want 4 (the press before the start is not a click)", f.Clickers)
+	}
+}
+
+// TestFairnessDefaultTiesNotTheServersSpeed: a reversed line on a slow
+// server (every answer a second after its click, the clicks 100 ms
+// apart) is a reversed line at the default -delta: the tie window is not
+// the server's latency, which would call it a lottery.
+func TestFairnessDefaultTiesNotTheServersSpeed(t *testing.T) {
+	r := line("LLLLLLLLWW")
+	for i := range r.Attempts {
+		r.Attempts[i].Done = r.Attempts[i].Due + time.Second
+	}
+	f := fairness(r, 0)
+	if f.AUC != 0 || f.Delta != 0 || len(f.Overtakes) != 2 {
+		t.Errorf("default delta: AUC %g, delta %s, %d overtakes; want 0, 0, 2", f.AUC, f.Delta, len(f.Overtakes))
+	}
+	c, err := parse([]string{"-admin-token", "x"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.delta != 0 {
+		t.Errorf("-delta defaults to %s, want 0", c.delta)
+	}
+}
+
+// TestFairnessCountsWinnersDueBeforeTheStart: a bot's poll due 5 ms
+// before the start reaches the server after it and wins; another, due
+// before the start, is told sold_out. Both clicked, at their due time:
+// neither is dropped from the figures.
+func TestFairnessCountsWinnersDueBeforeTheStart(t *testing.T) {
+	r := line("WLL")
+	r.Users[0].Kind, r.Users[1].Kind = bot, bot
+	for u, due := range []time.Duration{-5 * time.Millisecond, -2 * time.Millisecond} {
+		a := &r.Attempts[u]
+		a.Due, a.Sent, a.Done = due, due, due+20*time.Millisecond
+	}
+	f := fairness(r, 0)
+	if f.Clickers != 3 || f.Winners != 1 {
+		t.Fatalf("%d clickers, %d winners; want 3, 1", f.Clickers, f.Winners)
+	}
+	if f.Precision != 1 || f.AUC != 1 {
+		t.Errorf("precision %g, AUC %g; want 1, 1 (the winner clicked first)", f.Precision, f.AUC)
+	}
+	if g := f.Groups[1]; g.Name != "bots" || g.Users != 2 || g.Won != 1 {
+		t.Errorf("bots: %+v, want 2 clicked, 1 won", g)
 	}
 }
 

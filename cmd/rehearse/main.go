@@ -110,7 +110,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.merge, "merge", false, "merge the runs named as arguments (JSON of one voucher, one per generator) into one report")
 	fs.StringVar(&c.label, "label", "", "what the run is called beside another (default: its start time)")
 	fs.DurationVar(&c.bin, "bin", 0, "width of the report's time bins (0: a second, less for a short run)")
-	fs.DurationVar(&c.delta, "delta", 0, "clicks closer than this count as ties in the fairness figures (0: the median latency)")
+	fs.DurationVar(&c.delta, "delta", 0, "clicks closer than this count as ties in the fairness figures (0: only equal clicks; clicks are planned times, so their order is exact)")
 	fs.DurationVar(&c.settle, "settle", 1500*time.Millisecond, "wait this long after the crowd before asking the server for its figures (its live counters land once a second)")
 	fs.StringVar(&c.room, "room", "off", "off; on: the voucher has a waiting room; both: the same crowd twice, without and with one")
 	if err := fs.Parse(args); err != nil {
