@@ -27,9 +27,11 @@ import (
 // Each user's first press is planned before the run (open arrivals): a
 // slow server cannot slow the crowd down, as it would a pool of workers
 // that each wait for their answer before sending the next request. After
-// that a user is closed: a retry comes after the answer before it, plus
-// the wait. Every request is timed from when it should have left (Due),
-// and how late it actually left is the generator's own lateness.
+// that a person is closed: a retry comes after the answer before it, plus
+// the wait, as a person's does. A bot is not: it polls on a fixed beat
+// planned from its first poll, however slow the answers (see bot). Every
+// request is timed from when it should have left (Due), and how late the
+// generator sent it is its own lateness.
 
 // Shape is the traffic a rehearsal makes.
 type Shape struct {
@@ -198,7 +200,7 @@ func (d *driver) person(ctx context.Context, cl *http.Client, u int, p plan) {
 	}
 	retries := 0
 	for try := 0; due <= d.shape.Duration; try++ {
-		a, ok := d.press(ctx, cl, u, try, due)
+		a, ok := d.press(ctx, cl, u, try, due, 0)
 		if !ok || final[a.Code] || (a.Status >= 400 && a.Status < 500 && a.Status != 409 && a.Status != 429) {
 			return
 		}
@@ -224,16 +226,24 @@ func (d *driver) person(ctx context.Context, cl *http.Client, u int, p plan) {
 
 // bot polls every BotEvery from its first due time, ignoring Retry-After,
 // until it or a sibling connection of the same bot is done.
+//
+// The beat is fixed: poll n is due at first + n × BotEvery, whenever the
+// answers come. A connection carries one request at a time, so a poll
+// due while the one before it is still out leaves when that answer comes,
+// and is timed from when it was due: a server that stalls for a second
+// shows a second of latency on every poll it held up, rather than a bot
+// that quietly polled less (coordinated omission). The wait is the
+// poll's Held, which is the server's doing, not the generator's
+// lateness.
 func (d *driver) bot(ctx context.Context, cl *http.Client, u int, due time.Duration, done *atomic.Bool) {
+	free := due // when the connection's last answer came
 	for try := 0; due <= d.shape.Duration && !done.Load(); try++ {
-		a, ok := d.press(ctx, cl, u, try, due)
+		a, ok := d.press(ctx, cl, u, try, due, max(free-due, 0))
 		if !ok || final[a.Code] {
 			done.Store(true)
 			return
 		}
-		// The next poll is on the bot's beat, but never before this answer:
-		// a bot with one connection waits for it.
-		due = max(due+d.shape.BotEvery, a.Done)
+		free, due = a.Done, due+d.shape.BotEvery
 	}
 }
 
@@ -259,13 +269,15 @@ func (d *driver) normal() float64 {
 	return d.jitter.NormFloat64()
 }
 
-// press sends one press at due (waiting until then) and logs it. ok is
+// press sends one press at due (waiting until then), or at once when
+// due has passed, and logs it. held is how long past due it could not
+// leave for the answer before it on its connection (a bot's). ok is
 // false when the run ended before it could be sent.
-func (d *driver) press(ctx context.Context, cl *http.Client, u, try int, due time.Duration) (Attempt, bool) {
+func (d *driver) press(ctx context.Context, cl *http.Client, u, try int, due, held time.Duration) (Attempt, bool) {
 	if !sleepUntil(ctx, d.t0.Add(due)) {
 		return Attempt{}, false
 	}
-	a := Attempt{User: u, Try: try, Due: due}
+	a := Attempt{User: u, Try: try, Due: due, Held: held}
 	base := d.bases[u%len(d.bases)]
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/seckill/"+d.voucher, nil)
 	if err != nil {

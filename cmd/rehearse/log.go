@@ -75,14 +75,18 @@ type User struct {
 
 // An Attempt is one request to the buy button (or, with a waiting room,
 // to join it). Due is when it should have left: for a first press, the
-// schedule made before the run; for a retry, the answer before it plus
-// the wait. Latency is timed from Due, not Sent, so that a generator that
-// falls behind cannot hide a slow server (coordinated omission); Sent −
-// Due is the generator's own lateness, reported on its own.
+// schedule made before the run; for a person's retry, the answer before
+// it plus the wait; for a bot's poll, its beat. Latency is timed from
+// Due, not Sent, so that neither a generator that falls behind nor a bot
+// waiting on its connection can hide a slow server (coordinated
+// omission). Held is how long past Due it waited for the answer before
+// it on its connection (a bot's poll; the server's doing); what is left
+// of Sent − Due is the generator's own lateness, reported on its own.
 type Attempt struct {
 	User       int           `json:"user"` // index in Run.Users
 	Try        int           `json:"try"`  // 0 for the user's first
 	Due        time.Duration `json:"due"`
+	Held       time.Duration `json:"held,omitempty"`
 	Sent       time.Duration `json:"sent"`
 	Done       time.Duration `json:"done"`
 	Status     int           `json:"status"` // HTTP status; 0: no answer
@@ -104,7 +108,7 @@ const (
 func (a Attempt) sold() bool { return a.Kind == "" && a.Status == 200 }
 
 func (a Attempt) latency() time.Duration  { return a.Done - a.Due }
-func (a Attempt) lateness() time.Duration { return a.Sent - a.Due }
+func (a Attempt) lateness() time.Duration { return a.Sent - a.Due - a.Held }
 
 // unanswered reports whether the request may or may not have been
 // served: the server may have taken a unit and never said so.

@@ -90,7 +90,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&s.Retries, "retries", 5, "retries a person makes after 429, 5xx or no answer before giving up")
 	fs.DurationVar(&s.Backoff, "backoff", 100*time.Millisecond, "first backoff without Retry-After (doubling, full jitter)")
 	fs.DurationVar(&s.BackoffMax, "backoff-max", 2*time.Second, "longest backoff")
-	fs.DurationVar(&s.BotEvery, "bot-every", 50*time.Millisecond, "a bot's polling interval (it ignores Retry-After)")
+	fs.DurationVar(&s.BotEvery, "bot-every", 50*time.Millisecond, "a bot's beat: its polls are due this far apart, however slow the answers (it ignores Retry-After)")
 	fs.DurationVar(&s.BotLead, "bot-lead", time.Second, "bots start polling this long before the start")
 	fs.IntVar(&s.BotConns, "bot-conns", 1, "requests a bot keeps in flight")
 	fs.DurationVar(&s.Duration, "duration", 10*time.Second, "nothing is sent later than this after the start")

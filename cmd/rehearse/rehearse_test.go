@@ -139,6 +139,42 @@ func TestStallShowsInLatency(t *testing.T) {
 	t.Logf("generator lateness p99 %s", an.Late.P99)
 }
 
+// TestBotsPollOnTheirBeat: the server holds every request that arrives
+// from 150 ms before the start to 300 ms after it. A bot's polls stay on
+// its beat (each due -bot-every after the one before), those due while
+// the held one was out leave when it comes back, and are timed from
+// when they were due: the wait is in their latency, and it is not
+// counted as the generator's lateness.
+func TestBotsPollOnTheirBeat(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t, func(f *fakeServer) { f.stallFrom, f.stallTo = -150*time.Millisecond, 300*time.Millisecond })
+	r, _, _ := rehearseAgainst(t, srv, "-bot-every", "50ms")
+	held := 0
+	for u, user := range r.Users {
+		if user.Kind != bot {
+			continue
+		}
+		as := attemptsOf(r, u)
+		for i := 1; i < len(as); i++ {
+			if gap := as[i].Due - as[i-1].Due; gap != 50*time.Millisecond {
+				t.Errorf("bot %d: poll %d due %s after the one before, want 50ms", u, i, gap)
+			}
+			if as[i].Held > 0 {
+				held++
+				if lat := as[i].latency(); lat < as[i].Held {
+					t.Errorf("bot %d: poll %d held %s, latency only %s", u, i, as[i].Held, lat)
+				}
+				if want := as[i-1].Done - as[i].Due; as[i].Held != want {
+					t.Errorf("bot %d: poll %d held %s, want %s (until the answer before it)", u, i, as[i].Held, want)
+				}
+			}
+		}
+	}
+	if held == 0 {
+		t.Error("no bot's poll waited on the stalled one before it")
+	}
+}
+
 // TestReportIsSelfContained: the page fetches nothing: no script, no
 // link, no URL but the servers' own in the text.
 func TestReportIsSelfContained(t *testing.T) {
