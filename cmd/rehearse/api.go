@@ -288,8 +288,10 @@ func getVoucher(ctx context.Context, cl *http.Client, base, id string) (voucherJ
 	return v, err
 }
 
-// getOrder asks for an order with its buyer's token.
-func getOrder(ctx context.Context, cl *http.Client, base, token, id string) OrderSeen {
+// getOrder asks for an order with its buyer's token. The error is the
+// request's, for persist to judge; the answer says what came back either
+// way (Status 0: none).
+func getOrder(ctx context.Context, cl *http.Client, base, token, id string) (OrderSeen, error) {
 	var o struct {
 		ID      string    `json:"id"`
 		User    string    `json:"user_id"`
@@ -301,40 +303,11 @@ func getOrder(ctx context.Context, cl *http.Client, base, token, id string) Orde
 	var ae *apiError
 	switch {
 	case err == nil:
-		return OrderSeen{ID: id, Status: 200, Owner: o.User, Voucher: o.Voucher, State: o.Status, Created: o.Created}
+		return OrderSeen{ID: id, Status: 200, Owner: o.User, Voucher: o.Voucher, State: o.Status, Created: o.Created}, nil
 	case errors.As(err, &ae):
-		return OrderSeen{ID: id, Status: ae.status, Err: ae.code}
+		return OrderSeen{ID: id, Status: ae.status, Err: ae.code}, err
 	}
-	return OrderSeen{ID: id, Err: err.Error()}
-}
-
-// liveFigures reads one figures event of the voucher's live stream: the
-// server's own count of its stock and orders, in one snapshot. The stream
-// sends one a second; within is how long to wait for it.
-func liveFigures(ctx context.Context, cl *http.Client, base, id string, within time.Duration) (*Figures, error) {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/live/"+id+"/events", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /live/%s/events: HTTP %d", id, resp.StatusCode)
-	}
-	ev, err := nextEvent(bufio.NewReader(resp.Body), "figures")
-	if err != nil {
-		return nil, fmt.Errorf("GET /live/%s/events: %w", id, err)
-	}
-	var f Figures
-	if err := json.Unmarshal(ev, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return OrderSeen{ID: id, Err: cause(err)}, err
 }
 
 // nextEvent reads server-sent events until one named name, and returns

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -52,30 +53,64 @@ func check(r *Run) []Check {
 		}
 	}
 
-	// Every 200 an order: its order exists, is its buyer's, and is of
-	// this voucher.
+	// Users who had a request unanswered (no answer, or a 5xx) and no
+	// 200: each may hold an order nobody was told of.
+	unanswered := 0
+	for u := range r.Users {
+		if len(wins[u]) > 0 {
+			continue
+		}
+		if slices.ContainsFunc(attemptsOf(r, u), func(a Attempt) bool { return a.Kind == "" && a.unanswered() }) {
+			unanswered++
+		}
+	}
+
+	// Every 200 an order: its order exists, is its buyer's and of this
+	// voucher, and did not end failed (an async order MySQL refused for
+	// good: its 200 promised an order that never was). An order the
+	// server gave no final word on (it kept answering 429, 5xx or
+	// nothing, or the order was still pending when -drain ran out) is
+	// unknown, not a broken promise.
 	every := Check{Name: "every 200 an order"}
-	confirmed := map[string]bool{}
-	for id := range orderIDs {
+	confirmed := map[string]bool{} // the orders that stand
+	unsure := 0
+	var doubts []string
+	failed := 0
+	for _, id := range slices.Sorted(maps.Keys(orderIDs)) {
 		o, ok := seen[id]
 		switch {
 		case !ok:
-			every.Cases = append(every.Cases, fmt.Sprintf("order %q: not looked up", id))
+			unsure++
+			doubts = append(doubts, fmt.Sprintf("order %s: not looked up", id))
+		case o.Status == 404:
+			every.Cases = append(every.Cases, fmt.Sprintf("order %s of user %s: GET /orders answered 404, no such order", id, r.Users[o.User].ID))
 		case o.Status != 200:
-			every.Cases = append(every.Cases, fmt.Sprintf("order %s of user %s: GET /orders answered %d %s", id, r.Users[o.User].ID, o.Status, o.Err))
+			unsure++
+			doubts = append(doubts, fmt.Sprintf("order %s of user %s: no answer but %s after every retry", id, r.Users[o.User].ID, orderErr(o)))
 		case o.Owner != r.Users[o.User].ID:
 			every.Cases = append(every.Cases, fmt.Sprintf("order %s was answered to user %s but belongs to user %s", id, r.Users[o.User].ID, o.Owner))
 		case o.Voucher != r.Voucher.ID:
 			every.Cases = append(every.Cases, fmt.Sprintf("order %s is of voucher %s, not %s", id, o.Voucher, r.Voucher.ID))
+		case o.State == "failed":
+			failed++
+			every.Cases = append(every.Cases, fmt.Sprintf("order %s of user %s ended failed: MySQL refused the order its 200 promised", id, r.Users[o.User].ID))
+		case !finalStates[o.State]:
+			unsure++
+			doubts = append(doubts, fmt.Sprintf("order %s of user %s: still %s when -drain ran out", id, r.Users[o.User].ID, o.State))
 		default:
 			confirmed[id] = true
 		}
 	}
-	every.Verdict = verdict(len(every.Cases) == 0)
-	every.Figures = fmt.Sprintf("%d of %d orders answered 200 found", len(confirmed), len(orderIDs))
+	every.Verdict = verdictOf(len(every.Cases), unsure)
+	every.Figures = fmt.Sprintf("%d of %d orders answered 200 found, final and standing; %d failed; %d unknown", len(confirmed), len(orderIDs), failed, unsure)
+	every.Cases = append(every.Cases, unknownCases(doubts)...)
 
 	// One order per user: no user was given two orders, nor two users
-	// one (by the server's user IDs, which merged runs share).
+	// one (by the server's user IDs, which merged runs share). Most users
+	// stop at their first 200, so that a server without the guard would
+	// rarely show it: -again of the people press once more at once, while
+	// there is stock left to sell them, and each winner presses again
+	// after the sale (after.go). The server must refuse every one.
 	one := Check{Name: "one order per user"}
 	byID := map[string][]string{}
 	for u, ids := range wins {
@@ -99,21 +134,43 @@ func check(r *Run) []Check {
 			one.Cases = append(one.Cases, fmt.Sprintf("order %s was answered to users %s", id, strings.Join(us, ", ")))
 		}
 	}
-	one.Verdict = verdict(len(one.Cases) == 0)
-	one.Figures = fmt.Sprintf("%d users won, %d orders", len(byID), len(orderIDs))
+	seconds, refusedAgain := 0, 0
+	doubts = nil
+	for _, p := range r.After.Probes {
+		switch {
+		case p.Status == 200:
+			seconds++
+			one.Cases = append(one.Cases, fmt.Sprintf("user %s pressed again after the sale and was given a second order, %s", r.Users[p.User].ID, p.Order))
+		case p.Code == "already_ordered" || p.Code == "sold_out":
+			refusedAgain++
+		default:
+			doubts = append(doubts, fmt.Sprintf("user %s pressed again after the sale: %s", r.Users[p.User].ID, probeAnswer(p)))
+		}
+	}
+	one.Verdict = verdictOf(len(one.Cases), len(doubts))
+	one.Figures = fmt.Sprintf("%d users won, %d orders; pressed again after the sale, %d were refused (already_ordered or sold_out), %d given a second order, %d not answered for certain",
+		len(byID), len(orderIDs), refusedAgain, seconds, len(doubts))
+	one.Cases = append(one.Cases, unknownCases(doubts)...)
+
+	// The orders the crowd was told of and that stand: the 200s found,
+	// and any second order a probe was given.
+	told := int64(len(confirmed) + seconds)
 
 	// No oversell: never more orders than the stock.
 	over := Check{Name: "no oversell"}
 	serverOrders, ok := serverOrders(r)
-	over.Verdict = verdict(int64(len(confirmed)) <= r.Voucher.Stock && (!ok || serverOrders <= r.Voucher.Stock))
-	over.Figures = fmt.Sprintf("%d orders found of a stock of %d", len(confirmed), r.Voucher.Stock)
+	over.Verdict = verdict(told <= r.Voucher.Stock && (!ok || serverOrders <= r.Voucher.Stock))
+	over.Figures = fmt.Sprintf("%d orders found of a stock of %d", told, r.Voucher.Stock)
 	if ok {
 		over.Figures += fmt.Sprintf("; the server counts %d", serverOrders)
 	}
 
 	// Stock + orders = initial, as the server counts both: the live
-	// figures read them in one statement; without them, GET /vouchers'
-	// stock against the orders found.
+	// figures read them in one statement. Without them, GET /vouchers'
+	// stock says how many units went, and the orders found must account
+	// for them: no fewer than the standing orders found, and no more
+	// than those plus the orders the server did not settle and the users
+	// whose request went unanswered (each may have bought, unseen).
 	sum := Check{Name: "stock + orders = initial"}
 	switch {
 	case r.After.Live != nil:
@@ -129,9 +186,11 @@ func check(r *Run) []Check {
 	case r.Shared:
 		sum.Verdict, sum.Figures = unknown, "a shared voucher without live figures: merge every generator's run (-merge) to check it"
 	default:
-		got := r.After.Stock + int64(len(confirmed))
-		sum.Verdict = verdict(got == r.Voucher.Stock)
-		sum.Figures = fmt.Sprintf("%d left + %d orders found = %d, initial %d (no live figures: %s)", r.After.Stock, len(confirmed), got, r.Voucher.Stock, r.After.LiveErr)
+		gone := r.Voucher.Stock - r.After.Stock
+		lo, hi := told, told+int64(unsure+unanswered)
+		sum.Verdict = verdict(lo <= gone && gone <= hi)
+		sum.Figures = fmt.Sprintf("%d of %d units gone, %d left (GET /vouchers); the orders account for %d to %d: %d found, %d not settled, %d users unanswered who may have bought (no live figures: %s)",
+			gone, r.Voucher.Stock, r.After.Stock, lo, hi, told, unsure, unanswered, r.After.LiveErr)
 	}
 
 	// No 200 before begin_time: by the generator's clock (the answer came
@@ -162,7 +221,6 @@ func check(r *Run) []Check {
 	// beyond the 200s found are orders nobody was told of, which only
 	// unanswered requests (timeouts, 5xx) may explain.
 	refused := Check{Name: "no order after a refusal"}
-	unanswered := 0
 	for u := range r.Users {
 		if len(wins[u]) > 0 {
 			continue // already_ordered after a 200 is the truth
@@ -177,14 +235,11 @@ func check(r *Run) []Check {
 				break
 			}
 		}
-		if open {
-			unanswered++
-		}
 	}
 	refused.Figures = fmt.Sprintf("%d users refused or unanswered hold no order they were not told of", len(r.Users)-len(wins))
 	if ok && !r.Shared {
-		extra := serverOrders - int64(len(confirmed))
-		refused.Figures = fmt.Sprintf("server orders %d, 200s found %d: %d unexplained, %d users left unanswered", serverOrders, len(confirmed), max(extra, 0), unanswered)
+		extra := serverOrders - told - int64(unsure)
+		refused.Figures = fmt.Sprintf("server orders %d, orders told of %d, not settled %d: %d unexplained, %d users left unanswered", serverOrders, told, unsure, max(extra, 0), unanswered)
 		if extra > int64(unanswered) {
 			refused.Cases = append(refused.Cases, fmt.Sprintf("the server holds %d orders that no 200 announced, and only %d users had an unanswered request", extra, unanswered))
 		}
@@ -199,6 +254,43 @@ func check(r *Run) []Check {
 		}
 	}
 	return checks
+}
+
+// verdictOf is fail where a promise was broken, else unknown where the
+// server left something unsaid, else pass.
+func verdictOf(broken, unsaid int) string {
+	switch {
+	case broken > 0:
+		return fail
+	case unsaid > 0:
+		return unknown
+	}
+	return pass
+}
+
+// unknownCases marks cases that are doubts, not failures.
+func unknownCases(doubts []string) []string {
+	out := make([]string, len(doubts))
+	for i, d := range doubts {
+		out[i] = "unknown: " + d
+	}
+	return out
+}
+
+// orderErr says what GET /orders answered when it was not the order.
+func orderErr(o OrderSeen) string {
+	if o.Status == 0 {
+		return "no answer (" + o.Err + ")"
+	}
+	return fmt.Sprintf("HTTP %d %s", o.Status, o.Err)
+}
+
+// probeAnswer says what a probe was answered.
+func probeAnswer(p Probe) string {
+	if p.Status == 0 {
+		return "no answer (" + p.Code + ")"
+	}
+	return fmt.Sprintf("HTTP %d %s", p.Status, p.Code)
 }
 
 // serverOrders is the server's own count of the voucher's orders: the

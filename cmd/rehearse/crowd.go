@@ -54,7 +54,11 @@ type Shape struct {
 	// person on an answer without one, back off exponentially from
 	// Backoff up to BackoffMax with full jitter (a random wait up to
 	// the bound). After Retries retries a person gives up.
-	Honour     float64       `json:"honour"`
+	Honour float64 `json:"honour"`
+	// Again of people press once more as soon as they are told 200, as
+	// people unsure it worked do. The contract answers already_ordered:
+	// a second 200 is a second order of one user, which the checks catch.
+	Again      float64       `json:"again"`
 	Retries    int           `json:"retries"`
 	Backoff    time.Duration `json:"backoff"`
 	BackoffMax time.Duration `json:"backoff_max"`
@@ -94,9 +98,12 @@ func planCrowd(s Shape) []plan {
 		// few hundred milliseconds, a few slow.
 		return time.Duration(float64(s.React) * math.Exp(0.5*rng.NormFloat64()))
 	}
+	// Who presses again is drawn apart, so that a seed plans the same
+	// arrivals and presses whatever -again says.
+	again := rand.New(rand.NewPCG(s.Seed, 0xa6a1))
 	var out []plan
 	for range s.Users {
-		p := plan{user: User{Kind: person, Honours: rng.Float64() < s.Honour}}
+		p := plan{user: User{Kind: person, Honours: rng.Float64() < s.Honour, Again: again.Float64() < s.Again}}
 		if rng.Float64() < s.Late {
 			p.user.Arrive = time.Duration(rng.ExpFloat64() * float64(s.Tail))
 			p.first = p.user.Arrive + react()
@@ -198,9 +205,13 @@ func (d *driver) person(ctx context.Context, cl *http.Client, u int, p plan) {
 	if p.early {
 		due = p.user.Arrive
 	}
-	retries := 0
+	retries, again := 0, p.user.Again
 	for try := 0; due <= d.shape.Duration; try++ {
 		a, ok := d.press(ctx, cl, u, try, due, 0)
+		if ok && a.sold() && again {
+			again, due = false, a.Done // presses again at once
+			continue
+		}
 		if !ok || final[a.Code] || (a.Status >= 400 && a.Status < 500 && a.Status != 409 && a.Status != 429) {
 			return
 		}

@@ -24,6 +24,19 @@ type fakeServer struct {
 	stallFrom       time.Duration // requests arriving in [stallFrom, stallTo) of the sale
 	stallTo         time.Duration // are held until stallTo
 	withoutLiveFigs bool          // no /live/{id}/events
+	// Async mode: an order reads pending for pendingFor, then unpaid, or
+	// failed for every failEvery-th sale (its unit and buyer given back).
+	pendingFor  time.Duration
+	failEvery   int
+	ordersFlaky int  // each order's first n GETs are answered 503
+	ordersDown  bool // every GET /orders is answered 503
+	twoPerUser  bool // never answers already_ordered: a user may buy again
+	// Every hangEvery-th sale is taken, and answered hangFor later.
+	hangEvery int
+	hangFor   time.Duration
+	// An address may open a live stream once per liveOpenEvery, and is
+	// answered 429 with Retry-After before that.
+	liveOpenEvery time.Duration
 
 	mu      sync.Mutex
 	users   map[string]string // token -> user ID
@@ -34,21 +47,53 @@ type fakeServer struct {
 		begin, end   time.Time
 		sold, orders int
 	}
-	orders  map[string]fakeOrder // order ID -> order
-	byUser  map[string]string    // user ID -> order ID
+	orders  map[string]*fakeOrder // order ID -> order
+	byUser  map[string]string     // user ID -> order ID
 	answers map[string]int64
+	gets    map[string]int // GET /orders/{id} asked, by ID
+	// The live streams: opened, refused with 429, and when last opened.
+	liveOpens, liveRefused int
+	liveOpened             time.Time
 }
 
 type fakeOrder struct {
 	user    string
 	created time.Time
+	state   string // pending, unpaid or failed
+	fail    bool   // ends failed
+}
+
+// settle moves the pending orders whose time has come on; f.mu is held.
+func (f *fakeServer) settle() {
+	for _, o := range f.orders {
+		if o.state != "pending" || time.Since(o.created) < f.pendingFor {
+			continue
+		}
+		o.state = "unpaid"
+		if o.fail {
+			o.state = "failed"
+			f.voucher.left++
+			delete(f.byUser, o.user)
+		}
+	}
+}
+
+// count counts the orders in state; f.mu is held.
+func (f *fakeServer) count(state string) int64 {
+	n := int64(0)
+	for _, o := range f.orders {
+		if o.state == state {
+			n++
+		}
+	}
+	return n
 }
 
 const fakeAdmin = "admin-token"
 
 func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 	t.Helper()
-	f := &fakeServer{users: map[string]string{}, orders: map[string]fakeOrder{}, byUser: map[string]string{}, answers: map[string]int64{}}
+	f := &fakeServer{users: map[string]string{}, orders: map[string]*fakeOrder{}, byUser: map[string]string{}, answers: map[string]int64{}, gets: map[string]int{}}
 	if configure != nil {
 		configure(f)
 	}
@@ -91,12 +136,19 @@ func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		o, ok := f.orders[r.PathValue("id")]
+		f.settle()
+		id := r.PathValue("id")
+		f.gets[id]++
+		if f.ordersDown || f.gets[id] <= f.ordersFlaky {
+			writeErr(w, 503, "unavailable")
+			return
+		}
+		o, ok := f.orders[id]
 		if !ok || f.users[bearer(r)] != o.user {
 			writeErr(w, 404, "not_found")
 			return
 		}
-		writeJSON(w, 200, map[string]any{"id": r.PathValue("id"), "user_id": o.user, "voucher_id": f.voucher.id, "status": "unpaid", "created_at": o.created})
+		writeJSON(w, 200, map[string]any{"id": id, "user_id": o.user, "voucher_id": f.voucher.id, "status": o.state, "created_at": o.created})
 	})
 	mux.HandleFunc("GET /live/{id}/events", func(w http.ResponseWriter, r *http.Request) {
 		if f.withoutLiveFigs {
@@ -104,13 +156,42 @@ func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 			return
 		}
 		f.mu.Lock()
-		fig := map[string]any{"initial": f.voucher.stock, "redis_left": f.voucher.left, "mysql_left": f.voucher.left,
-			"orders": len(f.orders), "invariant_holds": f.voucher.left+int64(len(f.orders)) == f.voucher.stock,
-			"total": f.answers, "queue": nil}
-		b, _ := json.Marshal(fig)
+		if wait := f.liveOpenEvery - time.Since(f.liveOpened); f.liveOpenEvery > 0 && wait > 0 {
+			f.liveRefused++
+			f.mu.Unlock()
+			w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+			writeErr(w, 429, "busy")
+			return
+		}
+		f.liveOpens++
+		f.liveOpened = time.Now()
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprintf(w, "retry: 1000\n\nevent: figures\ndata: %s\n\n", b)
+		fmt.Fprint(w, "retry: 1000\n\n")
+		// One event at once, then one every 250 ms (the server's are a
+		// second apart), until the client leaves.
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			f.mu.Lock()
+			f.settle()
+			pending, orders := f.count("pending"), f.count("unpaid")
+			fig := map[string]any{"initial": f.voucher.stock, "redis_left": f.voucher.left, "mysql_left": f.voucher.left + pending,
+				"orders": orders, "invariant_holds": f.voucher.left+pending+orders == f.voucher.stock,
+				"total": f.answers, "queue": nil}
+			if f.pendingFor > 0 {
+				fig["queue"] = pending
+			}
+			b, _ := json.Marshal(fig)
+			f.mu.Unlock()
+			fmt.Fprintf(w, "event: figures\ndata: %s\n\n", b)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -141,6 +222,7 @@ func (f *fakeServer) seckill(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.settle()
 	answer := func(status int, code string) {
 		f.answers[code]++
 		writeErr(w, status, code)
@@ -148,7 +230,7 @@ func (f *fakeServer) seckill(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case arrived.Before(begin):
 		answer(409, "not_started")
-	case f.byUser[user] != "":
+	case f.byUser[user] != "" && !f.twoPerUser:
 		answer(409, "already_ordered")
 	case f.voucher.left <= -int64(f.oversell) || (f.voucher.left <= 0 && f.oversell == 0):
 		if f.soldOutOrder && f.byUser[user] == "" {
@@ -167,6 +249,14 @@ func (f *fakeServer) seckill(w http.ResponseWriter, r *http.Request) {
 		if f.noOrderEvery > 0 && f.voucher.sold%f.noOrderEvery == 0 {
 			delete(f.orders, id) // the 200 below announces an order that is not there
 		}
+		if o := f.orders[id]; o != nil && f.pendingFor > 0 {
+			o.state, o.fail = "pending", f.failEvery > 0 && f.voucher.sold%f.failEvery == 0
+		}
+		if f.hangEvery > 0 && f.voucher.sold%f.hangEvery == 0 {
+			f.mu.Unlock()
+			time.Sleep(f.hangFor) // the answer comes after the client gave up
+			f.mu.Lock()
+		}
 		f.answers["ok"]++
 		writeJSON(w, 200, map[string]string{"order_id": id})
 	}
@@ -175,10 +265,10 @@ func (f *fakeServer) seckill(w http.ResponseWriter, r *http.Request) {
 // order records an order of user; f.mu is held.
 func (f *fakeServer) order(user string) string {
 	id := strconv.Itoa(1_000_000 + len(f.orders) + f.voucher.sold)
-	for f.orders[id] != (fakeOrder{}) {
+	for f.orders[id] != nil {
 		id += "1"
 	}
-	f.orders[id] = fakeOrder{user, time.Now()}
+	f.orders[id] = &fakeOrder{user: user, created: time.Now(), state: "unpaid"}
 	f.byUser[user] = id
 	return id
 }

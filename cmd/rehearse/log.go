@@ -68,6 +68,7 @@ type User struct {
 	ID      string        `json:"id"` // the server's user ID
 	Kind    string        `json:"kind"`
 	Honours bool          `json:"honours_retry_after"` // waits as Retry-After says (people, mostly); bots never do
+	Again   bool          `json:"again,omitempty"`     // presses once more at once after a 200
 	Arrive  time.Duration `json:"arrive"`              // when they turned up
 	Machine int           `json:"machine"`             // index in Run.Machines
 	Base    int           `json:"base"`                // index in Run.Bases: the server they press
@@ -123,11 +124,14 @@ type After struct {
 	// Live is the voucher's figures from GET /live/{id}/events, the
 	// server's own count of its orders and answers; nil where the server
 	// has no live page (LiveErr says why).
-	Live    *Figures `json:"live,omitempty"`
-	LiveErr string   `json:"live_error,omitempty"`
+	Live      *Figures `json:"live,omitempty"`
+	LiveErr   string   `json:"live_error,omitempty"`
+	LiveOpens int      `json:"live_opens"` // streams opened to read them
 	// Orders holds GET /orders/{id} for every order ID a 200 carried, asked
-	// with its buyer's token.
+	// with its buyer's token until the order was final (see after.go).
 	Orders []OrderSeen `json:"orders"`
+	// Probes are each winner's press after the sale.
+	Probes []Probe `json:"probes"`
 	// Read is when this was read, on the run's clock: of merged runs, the
 	// last reading is the truest.
 	Read time.Duration `json:"read"`
@@ -149,7 +153,7 @@ type Figures struct {
 type OrderSeen struct {
 	ID      string    `json:"id"`
 	User    int       `json:"user"`   // whose 200 carried it (index in Run.Users)
-	Status  int       `json:"status"` // of the GET: 200, or 404 for an order that does not exist
+	Status  int       `json:"status"` // of the GET: 200, 404 for an order that does not exist, 0 for no answer
 	Owner   string    `json:"user_id,omitempty"`
 	Voucher string    `json:"voucher_id,omitempty"`
 	State   string    `json:"state,omitempty"` // the order's status: pending, unpaid, ...
@@ -183,7 +187,7 @@ func merge(runs []*Run) (*Run, error) {
 		return nil, fmt.Errorf("nothing to merge")
 	}
 	out := *runs[0]
-	out.Users, out.Attempts, out.Machines, out.After.Orders = nil, nil, nil, nil
+	out.Users, out.Attempts, out.Machines, out.After.Orders, out.After.Probes = nil, nil, nil, nil, nil
 	out.Shared = false
 	latest := runs[0]
 	for _, r := range runs {
@@ -202,6 +206,10 @@ func merge(runs []*Run) (*Run, error) {
 		for _, o := range r.After.Orders {
 			o.User += users
 			out.After.Orders = append(out.After.Orders, o)
+		}
+		for _, p := range r.After.Probes {
+			p.User += users
+			out.After.Probes = append(out.After.Probes, p)
 		}
 		out.Machines = append(out.Machines, r.Machines...)
 		if r.Started.Add(r.After.Read).After(latest.Started.Add(latest.After.Read)) {

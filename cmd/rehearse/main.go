@@ -32,7 +32,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -69,6 +68,7 @@ type config struct {
 	delta      time.Duration
 	room       string
 	settle     time.Duration
+	drain      time.Duration
 	files      []string // -merge's JSON files
 }
 
@@ -87,6 +87,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&s.Tail, "tail", 2*time.Second, "the late ones turn up this long after the start, on average (each an exponential draw)")
 	fs.DurationVar(&s.React, "react", 250*time.Millisecond, "a person's median reaction time, from the start or their arrival to the press")
 	fs.Float64Var(&s.Honour, "honour", 0.8, "share of people who wait as Retry-After says")
+	fs.Float64Var(&s.Again, "again", 0.2, "share of people who press once more as soon as they are told 200 (the server must answer already_ordered)")
 	fs.IntVar(&s.Retries, "retries", 5, "retries a person makes after 429, 5xx or no answer before giving up")
 	fs.DurationVar(&s.Backoff, "backoff", 100*time.Millisecond, "first backoff without Retry-After (doubling, full jitter)")
 	fs.DurationVar(&s.BackoffMax, "backoff-max", 2*time.Second, "longest backoff")
@@ -112,6 +113,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.bin, "bin", 0, "width of the report's time bins (0: a second, less for a short run)")
 	fs.DurationVar(&c.delta, "delta", 0, "clicks closer than this count as ties in the fairness figures (0: only equal clicks; clicks are planned times, so their order is exact)")
 	fs.DurationVar(&c.settle, "settle", 1500*time.Millisecond, "wait this long after the crowd before asking the server for its figures (its live counters land once a second)")
+	fs.DurationVar(&c.drain, "drain", 30*time.Second, "after -settle, wait up to this long for the server to settle (async orders final, its queue empty), retrying what it answers 429, 5xx or not at all; what is still open then is reported unknown")
 	fs.StringVar(&c.room, "room", "off", "off; on: the voucher has a waiting room; both: the same crowd twice, without and with one")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -303,7 +305,7 @@ func rehearse(ctx context.Context, c config, logw io.Writer) (*Run, error) {
 	}
 
 	logf("asking the server about %d answers of 200", countIf(r.Attempts, Attempt.sold))
-	r.After = after(ctx, plain, c.bases[0], r, accounts, d, c.settle)
+	r.After = after(ctx, plain, c.bases[0], r, accounts, d, c.settle, c.drain)
 	return r, nil
 }
 
@@ -317,63 +319,4 @@ func adminLogin(ctx context.Context, c config) (string, error) {
 		return "", fmt.Errorf("log the admin in (or give -admin-token; go run ./loadtest/tokens -first %s -n 1 writes one): %w", c.adminPhone, err)
 	}
 	return a.Token, nil
-}
-
-// after asks the server what the sale did: every 200's order, the stock
-// left, and the live figures (once the async queue, if any, is drained).
-func after(ctx context.Context, cl *http.Client, base string, r *Run, accounts []account, d *driver, settle time.Duration) After {
-	var out After
-	// The live figures count answers in each instance's memory and add
-	// them to Redis once a second: wait for the last second to land.
-	time.Sleep(settle)
-	type job struct {
-		user int
-		id   string
-	}
-	jobs := make(chan job)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for j := range jobs {
-				o := getOrder(ctx, cl, r.Bases[r.Users[j.user].Base], accounts[j.user].Token, j.id)
-				o.User = j.user
-				mu.Lock()
-				out.Orders = append(out.Orders, o)
-				mu.Unlock()
-			}
-		})
-	}
-	asked := map[string]bool{}
-	for _, a := range r.Attempts {
-		if a.sold() && !asked[a.Order] {
-			asked[a.Order] = true
-			jobs <- job{a.User, a.Order}
-		}
-	}
-	close(jobs)
-	wg.Wait()
-
-	// In async mode a 200's order reaches MySQL moments later: the live
-	// figures are read until the queue is empty, for up to 15 seconds.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		f, err := liveFigures(ctx, cl, base, r.Voucher.ID, 5*time.Second)
-		if err != nil {
-			out.LiveErr = err.Error()
-			break
-		}
-		out.Live = f
-		if f.Queue == nil || *f.Queue == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if v, err := getVoucher(ctx, cl, base, r.Voucher.ID); err != nil {
-		out.StockErr = err.Error()
-	} else {
-		out.Stock = v.Stock
-	}
-	out.Read = d.since()
-	return out
 }

@@ -90,6 +90,9 @@ func TestLiesCaught(t *testing.T) {
 		{"order after a 429, no live figures", func(f *fakeServer) { f.busyOrderEvery, f.withoutLiveFigs = 3, true }, "no order after a refusal"},
 		{"order after sold_out", func(f *fakeServer) { f.soldOutOrder = true }, "no order after a refusal"},
 		{"oversell", func(f *fakeServer) { f.oversell = 5 }, "no oversell"},
+		{"200 without an order, no live figures", func(f *fakeServer) { f.noOrderEvery, f.withoutLiveFigs = 4, true }, "stock + orders = initial"},
+		{"async orders that end failed", func(f *fakeServer) { f.pendingFor, f.failEvery = time.Second, 5 }, "every 200 an order"},
+		{"two orders of one user", func(f *fakeServer) { f.twoPerUser = true }, "one order per user"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -101,6 +104,98 @@ func TestLiesCaught(t *testing.T) {
 				t.Errorf("%q: %s, want fail; checks: %+v", tc.check, v, an.Checks)
 			}
 		})
+	}
+}
+
+// TestAsyncOrdersReadOnceFinal: in async mode an order reads pending
+// for a second before it is in MySQL. The rehearsal waits for every one
+// to be final before it judges, and waits for the queue to empty on one
+// live stream, within the server's limit on opening them.
+func TestAsyncOrdersReadOnceFinal(t *testing.T) {
+	t.Parallel()
+	var fake *fakeServer
+	srv := newFakeServer(t, func(f *fakeServer) {
+		fake = f
+		f.pendingFor, f.liveOpenEvery = 1500*time.Millisecond, 2*time.Second
+	})
+	r, an, err := rehearseAgainst(t, srv)
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	for name, v := range verdicts(an) {
+		if v != pass {
+			t.Errorf("%s: %s", name, v)
+		}
+	}
+	for _, o := range r.After.Orders {
+		if o.State != "unpaid" {
+			t.Errorf("order %s read %q, want unpaid (final)", o.ID, o.State)
+		}
+	}
+	if l := r.After.Live; l == nil || l.Queue == nil || *l.Queue != 0 || r.After.LiveErr != "" {
+		t.Errorf("live figures %+v (error %q), want them read with the queue empty", l, r.After.LiveErr)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if fake.liveRefused > 0 || r.After.LiveOpens != fake.liveOpens {
+		t.Errorf("live streams: %d opened (%d by the rehearsal's count), %d refused 429; want none refused", fake.liveOpens, r.After.LiveOpens, fake.liveRefused)
+	}
+}
+
+// TestOrderLookupsRetried: GET /orders answers 503 twice for each order
+// before it answers: the lookups are retried and every check passes.
+// When it answers nothing but 503, the order's check is unknown, not a
+// failure, and the run does not fail.
+func TestOrderLookupsRetried(t *testing.T) {
+	t.Parallel()
+	t.Run("flaky", func(t *testing.T) {
+		t.Parallel()
+		_, an, err := rehearseAgainst(t, newFakeServer(t, func(f *fakeServer) { f.ordersFlaky = 2 }))
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+		for name, v := range verdicts(an) {
+			if v != pass {
+				t.Errorf("%s: %s", name, v)
+			}
+		}
+	})
+	t.Run("down", func(t *testing.T) {
+		t.Parallel()
+		_, an, err := rehearseAgainst(t, newFakeServer(t, func(f *fakeServer) { f.ordersDown = true }), "-drain", "1s")
+		if err != nil {
+			t.Errorf("run: %v, want no failure: the server said nothing", err)
+		}
+		if v := verdicts(an)["every 200 an order"]; v != unknown {
+			t.Errorf("every 200 an order: %s, want unknown", v)
+		}
+		for name, v := range verdicts(an) {
+			if v == fail {
+				t.Errorf("%s: fail", name)
+			}
+		}
+	})
+}
+
+// TestUnansweredSalesWithoutLiveFigures: every fifth sale is answered
+// after the client gave up, and the server has no live figures. The
+// units those requests took are accounted for by the requests left
+// unanswered: stock + orders = initial passes on the range it can
+// check, rather than failing an equality that cannot hold.
+func TestUnansweredSalesWithoutLiveFigures(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t, func(f *fakeServer) { f.withoutLiveFigs, f.hangEvery, f.hangFor = true, 5, time.Second })
+	r, an, _ := rehearseAgainst(t, srv, "-timeout", "300ms", "-retries", "0")
+	if r.After.Live != nil {
+		t.Fatal("live figures read from a server without them")
+	}
+	if n := countIf(r.Attempts, func(a Attempt) bool { return a.Code == codeTimeout }); n == 0 {
+		t.Fatal("no request went unanswered")
+	}
+	for name, v := range verdicts(an) {
+		if v != pass {
+			t.Errorf("%s: %s", name, v)
+		}
 	}
 }
 

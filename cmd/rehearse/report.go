@@ -417,6 +417,7 @@ func (s Shape) Rows() [][2]string {
 		{"-late, -tail", fmt.Sprintf("%.0f%% turn up after the start instead, %s apart on average", 100*s.Late, s.Tail)},
 		{"-react", fmt.Sprintf("median reaction %s (log-normal)", s.React)},
 		{"-honour", fmt.Sprintf("%.0f%% of people wait as Retry-After says", 100*s.Honour)},
+		{"-again", fmt.Sprintf("%.0f%% of people press once more as soon as they are told 200", 100*s.Again)},
 		{"-retries, -backoff, -backoff-max", fmt.Sprintf("%d retries, backoff from %s to %s, full jitter", s.Retries, s.Backoff, s.BackoffMax)},
 		{"-bot-every, -bot-lead, -bot-conns", fmt.Sprintf("bots poll every %s from %s before the start, %d in flight each", s.BotEvery, s.BotLead, s.BotConns)},
 		{"-duration, -timeout", fmt.Sprintf("nothing sent after %s; no answer after %s", s.Duration, s.Timeout)},
