@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# expire.sh measures the deadline (README, "After the click"): ORDERS
+# expire.sh measures the deadline (docs/order-lifecycle.md): ORDERS
 # unpaid orders that all expire in the same second, on INSTANCES servers
 # (each runs an expirer), while buyers keep buying another voucher.
 #

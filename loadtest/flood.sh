@@ -6,7 +6,7 @@
 # INSTANCES server processes (sync mode by default) share one MariaDB and
 # one Redis; one wrk per instance holds CONNS/INSTANCES connections, all
 # buying one voucher of STOCK units with USERS distinct users' tokens.
-# What turns the surplus away is the admission control of README's
+# What turns the surplus away is the admission control of docs/security.md,
 # "Turning away floods": the per-user token bucket and the cap on requests
 # in flight (429 busy at once), then sold_out / already_ordered (409).
 #

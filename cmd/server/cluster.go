@@ -22,7 +22,7 @@ import (
 // node (take: the sweeper; accept: ask whether it was accepted). That holds
 // for single commands, which every script is. A pipeline's commands are
 // re-sent inside go-redis before any hook sees the error; the pipelined
-// commands may run twice, but for stock.Init (README, "Redis Cluster").
+// commands may run twice, but for stock.Init (docs/redis-ha.md, "Redis Cluster").
 //
 // The cluster client also learns of a failover only when a node says
 // MOVED, or when its slot map is older than ClusterStateReloadInterval (a

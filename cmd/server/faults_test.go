@@ -22,7 +22,7 @@ import (
 	"seckill/internal/testenv/faultproxy"
 )
 
-// The failure model (README, "When things fail"): three instances sell 100
+// The failure model (docs/failures.md): three instances sell 100
 // units while one fault strikes mid-sale, in each mode. The servers are
 // real; the faults are made by a TCP proxy between the instances and MySQL
 // or Redis (package faultproxy), by a MariaDB or a redis-server of the
@@ -224,7 +224,7 @@ func saleWithFault(t *testing.T, mode string, fc faultCase) {
 	if s.Stock != 0 {
 		t.Errorf("%d units left unsold after %d newcomers tried", s.Stock, len(users)-140)
 	}
-	// The one documented exception (README, "What stays uncertain"): a
+	// The one documented exception (docs/failures.md, "What stays uncertain"): a
 	// COMMIT whose answer was lost while MySQL stayed unreachable past the
 	// write deadline. Its buyer was told 503, and the server said so in
 	// its log, naming the order.

@@ -26,7 +26,7 @@ import (
 // MYSQL_NODES. One cluster serves every case in turn, each with a database
 // and a Redis of its own.
 
-// galeraFailover is the bound the README states: a node SIGKILLed, every
+// galeraFailover is the bound docs/galera.md states: a node SIGKILLed, every
 // instance's orders commit again within it, those of the instance whose
 // node died included. Writes stop everywhere until the cluster has
 // declared the node gone (testenv.GaleraSuspect, plus about 1.5 s to
@@ -43,7 +43,7 @@ func TestGalera(t *testing.T) {
 	t.Run("migrations at once on three nodes", func(t *testing.T) { galeraMigrations(t, g) })
 	t.Run("conflicts retried", func(t *testing.T) { galeraConflicts(t, g) })
 	t.Run("causal reads", func(t *testing.T) { galeraCausalReads(t, g) })
-	// The node that dies is every instance's in sync mode (the README's
+	// The node that dies is every instance's in sync mode (docs/galera.md's
 	// layout: all through one node), one instance's in async mode (each
 	// through its own).
 	t.Run("node killed mid-sale/sync, all through it", func(t *testing.T) { galeraNodeKilled(t, g, c, "sync", true) })

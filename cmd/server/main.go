@@ -1,6 +1,6 @@
 // Command server runs the seckill HTTP API.
 //
-// Configuration comes from the environment only (see README.md). With
+// Configuration comes from the environment only (see docs/configuration.md). With
 // neither MYSQL_DSN nor REDIS_ADDR it runs a single-instance demo on an
 // in-process Redis and an in-memory SQLite, so that `go run ./cmd/server`
 // is all a newcomer needs.

@@ -210,7 +210,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 			// After a failover the pool's connections live on the next
 			// node. Renewed within a minute, they are back on the DSN's
 			// own once it is up again, where the other instances that
-			// prefer it write too (README, "MySQL on a Galera cluster").
+			// prefer it write too (docs/galera.md).
 			sqlDB.SetConnMaxLifetime(nodesConnLifetime)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 // Local keeps locks in the memory of this process. It is here for teaching:
 // it excludes goroutines of one process, but two instances of the service
 // each have their own Local and hand the same lock out twice. Use it to see
-// that failure (README.md), or in a test that runs one instance.
+// that failure (docs/locks.md, "Why not a sync.Mutex?"), or in a test that runs one instance.
 type Local struct {
 	mu     sync.Mutex
 	locks  map[string]*localLock // by key

@@ -2,12 +2,19 @@
 // stock into one order row, at most one per user, never more than the stock.
 //
 // seckill.go tells the flow from top to bottom; read it first. The guards,
-// outermost first:
+// outermost first, numbered as seckill.go's "Guard 1" to "Guard 4" mark
+// them and as README.md and docs/buy-path.md list them (the token, the
+// per-user token bucket and the cap on requests in flight come before,
+// as middleware of cmd/server):
 //
-//  1. The sale window, checked from memory (package voucher).
+//  1. The voucher and its sale window, from memory (package voucher);
+//     then the instance's memory (memory.go) answers a voucher sold out
+//     and a buyer already settled without asking Redis.
 //  2. One Lua script in Redis (package stock) takes a unit only if one is
-//     left and the user has none: atomic, so no oversell in Redis, and
-//     rejections never reach MySQL.
+//     left and the user has none, and records a hold: atomic, so no
+//     oversell in Redis, and rejections never reach MySQL. In async mode
+//     the same step queues the order (async.go, package order/queue): no
+//     request takes guard 3, and guard 4 is the consumer's batch.
 //  3. A per-user distributed lock (package lock), so that two requests of
 //     one user on different instances cannot both write an order, even if
 //     Redis lost its memory of buyers.

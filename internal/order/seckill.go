@@ -165,6 +165,9 @@ func NewService(db *gorm.DB, q *queue.Queue, vouchers *voucher.Service, stocks *
 // async mode the order is in Redis, on its way to MySQL.
 func (s *Service) Seckill(ctx context.Context, userID, voucherID int64) (int64, error) {
 	// Guard 1: the voucher exists and its sale is open. From memory.
+	// (The guards are numbered as in the package doc, README.md and
+	// docs/buy-path.md; the token and the throttle came before them, as
+	// middleware.)
 	v, err := s.vouchers.Find(ctx, voucherID)
 	if err != nil {
 		return 0, err
