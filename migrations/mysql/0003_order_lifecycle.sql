@@ -1,4 +1,4 @@
--- The order's life after the click (README, "After the click"): a voucher
+-- The order's life after the click (docs/order-lifecycle.md): a voucher
 -- has a price and a time to pay; an order is unpaid until it is paid, or
 -- cancelled (by its buyer, or by its deadline), and a paid one may be
 -- refunded. A cancelled or refunded order's unit goes back on sale.

@@ -1,4 +1,4 @@
--- A voucher's waiting room (package room; README, "The waiting room").
+-- A voucher's waiting room (package room; docs/waiting-room.md).
 -- NULL: the voucher has none. room_opens_at: when buyers may join;
 -- room_admit_per_second: how many the room admits a second;
 -- room_hold_for: seconds an admitted buyer holds a unit; room_seed: the
