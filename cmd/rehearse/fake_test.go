@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,8 +38,11 @@ type fakeServer struct {
 	// An address may open a live stream once per liveOpenEvery, and is
 	// answered 429 with Retry-After before that.
 	liveOpenEvery time.Duration
+	joinFlaky     int // each user's first n joins of the room are answered 503, Retry-After: 1
 
 	mu      sync.Mutex
+	room    *fakeRoom // the voucher's waiting room, if it has one
+	joins   map[string]int
 	users   map[string]string // token -> user ID
 	nextID  int
 	voucher struct {
@@ -54,6 +58,56 @@ type fakeServer struct {
 	// The live streams: opened, refused with 429, and when last opened.
 	liveOpens, liveRefused int
 	liveOpened             time.Time
+}
+
+// fakeRoom is a waiting room as docs/api.md has it, simply: numbers in
+// the order of joining, admitted at rate a second from the start while a
+// unit is neither sold nor held, each hold lasting hold.
+type fakeRoom struct {
+	rate     int
+	hold     time.Duration
+	line     []string             // user IDs, in the order they joined
+	admitted map[string]time.Time // user ID -> when
+}
+
+// place is a user's place in the room, admitting whom the rate allows
+// first; f.mu is held.
+func (f *fakeServer) place(user string) map[string]any {
+	rm, now := f.room, time.Now()
+	held := int64(0)
+	for u, at := range rm.admitted {
+		if f.byUser[u] == "" && now.Sub(at) < rm.hold {
+			held++
+		}
+	}
+	if now.After(f.voucher.begin) {
+		allowed := int(float64(rm.rate)*now.Sub(f.voucher.begin).Seconds()) + 1
+		for i, u := range rm.line {
+			if i >= allowed || f.voucher.left-held <= 0 {
+				break
+			}
+			if _, ok := rm.admitted[u]; !ok && f.byUser[u] == "" {
+				rm.admitted[u] = now
+				held++
+			}
+		}
+	}
+	n := slices.Index(rm.line, user)
+	p := map[string]any{"state": "waiting", "number": strconv.Itoa(n + 1), "ahead": nil, "eta_seconds": nil, "admitted_until": nil}
+	at, admitted := rm.admitted[user]
+	switch {
+	case n < 0:
+		p["state"], p["number"] = "none", nil
+	case f.byUser[user] != "":
+		p["state"] = "ordered"
+	case admitted && now.Sub(at) < rm.hold:
+		p["state"], p["admitted_until"] = "admitted", at.Add(rm.hold)
+	case admitted:
+		p["state"] = "expired"
+	case f.voucher.left-held <= 0:
+		p["state"] = "sold_out"
+	}
+	return p
 }
 
 type fakeOrder struct {
@@ -93,7 +147,7 @@ const fakeAdmin = "admin-token"
 
 func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 	t.Helper()
-	f := &fakeServer{users: map[string]string{}, orders: map[string]*fakeOrder{}, byUser: map[string]string{}, answers: map[string]int64{}, gets: map[string]int{}}
+	f := &fakeServer{users: map[string]string{}, orders: map[string]*fakeOrder{}, byUser: map[string]string{}, answers: map[string]int64{}, gets: map[string]int{}, joins: map[string]int{}}
 	if configure != nil {
 		configure(f)
 	}
@@ -121,9 +175,16 @@ func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 			Stock int64
 			Begin time.Time `json:"begin_time"`
 			End   time.Time `json:"end_time"`
+			Room  *struct {
+				Rate int `json:"admit_per_second"`
+				Hold int `json:"hold_for"`
+			}
 		}
 		json.NewDecoder(r.Body).Decode(&in)
 		f.mu.Lock()
+		if in.Room != nil {
+			f.room = &fakeRoom{rate: in.Room.Rate, hold: time.Duration(in.Room.Hold) * time.Second, admitted: map[string]time.Time{}}
+		}
 		f.voucher.id, f.voucher.stock, f.voucher.left = "7", in.Stock, in.Stock
 		f.voucher.begin, f.voucher.end = in.Begin.Truncate(time.Second), in.End.Truncate(time.Second)
 		f.mu.Unlock()
@@ -133,6 +194,55 @@ func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 		writeJSON(w, 200, f.voucherJSON())
 	})
 	mux.HandleFunc("POST /seckill/{id}", f.seckill)
+	mux.HandleFunc("POST /vouchers/{id}/room", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		user, ok := f.users[bearer(r)]
+		switch {
+		case !ok:
+			writeErr(w, 401, "unauthorized")
+		case f.room == nil:
+			writeErr(w, 404, "not_found")
+		case f.joins[user] < f.joinFlaky:
+			f.joins[user]++
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, 503, "unavailable")
+		case f.byUser[user] != "":
+			writeErr(w, 409, "already_ordered")
+		default:
+			if !slices.Contains(f.room.line, user) {
+				f.room.line = append(f.room.line, user)
+			}
+			writeJSON(w, 200, f.place(user))
+		}
+	})
+	mux.HandleFunc("GET /vouchers/{id}/room/events", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		user, ok := f.users[bearer(r)]
+		f.mu.Unlock()
+		if !ok {
+			writeErr(w, 401, "unauthorized")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		last := ""
+		for {
+			f.mu.Lock()
+			p := f.place(user)
+			f.mu.Unlock()
+			if st := p["state"].(string); st != last {
+				last = st
+				b, _ := json.Marshal(p)
+				fmt.Fprintf(w, "event: place\ndata: %s\n\n", b)
+				w.(http.Flusher).Flush()
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
 	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -201,8 +311,12 @@ func newFakeServer(t *testing.T, configure func(*fakeServer)) *httptest.Server {
 func (f *fakeServer) voucherJSON() map[string]any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return map[string]any{"id": f.voucher.id, "title": "t", "stock": max(f.voucher.left, 0),
+	v := map[string]any{"id": f.voucher.id, "title": "t", "stock": max(f.voucher.left, 0),
 		"begin_time": f.voucher.begin.Format(time.RFC3339), "end_time": f.voucher.end.Format(time.RFC3339)}
+	if f.room != nil {
+		v["room"] = map[string]any{"state": "open", "serving": "0", "waiting": len(f.room.line) - len(f.room.admitted)}
+	}
+	return v
 }
 
 // seckill is the buy button, in the contract's order of checks, with the
@@ -232,6 +346,8 @@ func (f *fakeServer) seckill(w http.ResponseWriter, r *http.Request) {
 		answer(409, "not_started")
 	case f.byUser[user] != "" && !f.twoPerUser:
 		answer(409, "already_ordered")
+	case f.room != nil && f.place(user)["state"] != "admitted":
+		answer(409, "not_admitted")
 	case f.voucher.left <= -int64(f.oversell) || (f.voucher.left <= 0 && f.oversell == 0):
 		if f.soldOutOrder && f.byUser[user] == "" {
 			f.order(user)

@@ -28,8 +28,9 @@ type Analysis struct {
 	Totals   map[string]int `json:"totals"` // answers by class
 	Requests int            `json:"requests"`
 	Wins     int            `json:"wins"`
-	OK       Percentiles    `json:"ok"`      // latency of the 200s
-	Refused  Percentiles    `json:"refused"` // latency of everything else
+	OK       Percentiles    `json:"ok"`      // latency of the presses answered 200
+	Refused  Percentiles    `json:"refused"` // latency of the other presses
+	Joins    Percentiles    `json:"joins"`   // latency of the waiting room's joins
 	Late     Percentiles    `json:"late"`    // the generator's lateness
 	// SoldOut is when the first sold_out was answered (nil: never);
 	// LastWin when the last 200 was.
@@ -55,7 +56,7 @@ func analyse(r *Run, bin, delta time.Duration) Analysis {
 		Totals:   map[string]int{},
 		Requests: len(r.Attempts),
 	}
-	var ok, refused, late []time.Duration
+	var ok, refused, joins, late []time.Duration
 	errs := map[string]int{}
 	for _, a := range r.Attempts {
 		an.Totals[class(a)]++
@@ -64,6 +65,8 @@ func analyse(r *Run, bin, delta time.Duration) Analysis {
 		}
 		late = append(late, a.lateness())
 		switch {
+		case a.Kind == "join":
+			joins = append(joins, a.latency())
 		case a.sold():
 			an.Wins++
 			ok = append(ok, a.latency())
@@ -77,7 +80,7 @@ func analyse(r *Run, bin, delta time.Duration) Analysis {
 			}
 		}
 	}
-	an.OK, an.Refused, an.Late = percentiles(ok), percentiles(refused), percentiles(late)
+	an.OK, an.Refused, an.Joins, an.Late = percentiles(ok), percentiles(refused), percentiles(joins), percentiles(late)
 	for e, n := range errs {
 		an.Errors = append(an.Errors, classCount{e, n})
 	}
@@ -226,7 +229,7 @@ func writeReport(w io.Writer, r *Run, an Analysis, earlier *Run, bin, delta time
 var classColour = map[string]string{
 	"200": "#59a14f", "409 not_started": "#bab0ac", "409 not_admitted": "#d4a6c8", "409 sold_out": "#79706e",
 	"409 already_ordered": "#9c755f", "429 busy": "#f28e2b", "5xx": "#e15759", "no answer": "#b6002f", "other": "#b07aa1",
-	"room join": "#76b7b2",
+	"join: in line": "#76b7b2", "join: refused (409)": "#4e79a7", "join: 429, 5xx or no answer": "#ff9da7", "join: other": "#edc948",
 }
 
 // charts draws the run's timeline: answers, latency of successes and of
@@ -300,8 +303,11 @@ func charts(r *Run, an Analysis, earlier *Analysis) []chart.Chart {
 		return c
 	}
 	out = append(out,
-		latency("latency-ok", "Latency of the 200s", func(b Bin) Percentiles { return b.OK }),
-		latency("latency-refused", "Latency of the refusals (every answer but 200, and no answer)", func(b Bin) Percentiles { return b.Refused }))
+		latency("latency-ok", "Latency of the presses answered 200", func(b Bin) Percentiles { return b.OK }),
+		latency("latency-refused", "Latency of the refused presses (every answer but 200, and no answer)", func(b Bin) Percentiles { return b.Refused }))
+	if an.Joins.N > 0 {
+		out = append(out, latency("latency-joins", "Latency of the waiting room's joins", func(b Bin) Percentiles { return b.Joins }))
+	}
 
 	line := func(name, colour string, tl Timeline, get func(Bin) float64, dashed bool) chart.Series {
 		s := chart.Series{Name: name, Colour: colour, Dashed: dashed}

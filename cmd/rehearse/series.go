@@ -24,11 +24,13 @@ type Bin struct {
 	// Answers counts the answers that arrived in the bin, by class (see
 	// class).
 	Answers map[string]int `json:"answers"`
-	// OK and Refused are the latencies of the requests due in the bin
+	// OK and Refused are the latencies of the presses due in the bin
 	// that were answered 200, and answered anything else (no answer
-	// included: it is timed until the client gave up).
+	// included: it is timed until the client gave up); Joins, of the
+	// waiting room's joins, whatever their answer.
 	OK      Percentiles `json:"ok"`
 	Refused Percentiles `json:"refused"`
+	Joins   Percentiles `json:"joins"`
 	// Arrivals are the users who turned up in the bin; Sent, the requests
 	// that left in it.
 	Arrivals int `json:"arrivals"`
@@ -61,14 +63,24 @@ func percentiles(ds []time.Duration) Percentiles {
 	return Percentiles{N: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1]}
 }
 
-// The classes of answer the charts stack, in stacking order.
-var classes = []string{"200", "409 not_started", "409 not_admitted", "409 sold_out", "409 already_ordered", "429 busy", "5xx", "no answer", "other", "room join"}
+// The classes of answer the charts stack, in stacking order: the buy
+// button's, then the waiting room's joins, named as joins.
+var classes = []string{"200", "409 not_started", "409 not_admitted", "409 sold_out", "409 already_ordered", "429 busy", "5xx", "no answer", "other",
+	"join: in line", "join: refused (409)", "join: 429, 5xx or no answer", "join: other"}
 
 // class sorts an answer into one of classes.
 func class(a Attempt) string {
 	switch {
 	case a.Kind == "join":
-		return "room join"
+		switch {
+		case a.Status == 200:
+			return "join: in line"
+		case a.Status == 409:
+			return "join: refused (409)"
+		case a.unanswered() || a.Status == 429:
+			return "join: 429, 5xx or no answer"
+		}
+		return "join: other"
 	case a.Status == 200:
 		return "200"
 	case a.Status == 0:
@@ -120,7 +132,7 @@ func timeline(r *Run, bin time.Duration) Timeline {
 	n := int((last-start)/bin) + 1
 	t := Timeline{Bin: bin, Bins: make([]Bin, n)}
 	idx := func(d time.Duration) int { return min(max(int((d-start)/bin), 0), n-1) }
-	ok, refused, late := make([][]time.Duration, n), make([][]time.Duration, n), make([][]time.Duration, n)
+	ok, refused, joins, late := make([][]time.Duration, n), make([][]time.Duration, n), make([][]time.Duration, n), make([][]time.Duration, n)
 	type edge struct {
 		at    time.Duration
 		delta int
@@ -137,16 +149,19 @@ func timeline(r *Run, bin time.Duration) Timeline {
 		t.Bins[idx(a.Done)].Answers[class(a)]++
 		t.Bins[idx(a.Sent)].Sent++
 		d := idx(a.Due)
-		if a.sold() {
+		switch {
+		case a.Kind == "join":
+			joins[d] = append(joins[d], a.latency())
+		case a.sold():
 			ok[d] = append(ok[d], a.latency())
-		} else {
+		default:
 			refused[d] = append(refused[d], a.latency())
 		}
 		late[d] = append(late[d], a.lateness())
 		edges = append(edges, edge{a.Sent, +1}, edge{a.Done, -1})
 	}
 	for i := range t.Bins {
-		t.Bins[i].OK, t.Bins[i].Refused, t.Bins[i].Late = percentiles(ok[i]), percentiles(refused[i]), percentiles(late[i])
+		t.Bins[i].OK, t.Bins[i].Refused, t.Bins[i].Joins, t.Bins[i].Late = percentiles(ok[i]), percentiles(refused[i]), percentiles(joins[i]), percentiles(late[i])
 	}
 	// Requests in flight: a sweep over every send (+1) and answer (−1),
 	// answers first where they tie, keeping each bin's peak. A bin in
