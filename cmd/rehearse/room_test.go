@@ -134,4 +134,3 @@ func reportOf(t *testing.T, r *Run) string {
 	}
 	return b.String()
 }
-
