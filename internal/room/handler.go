@@ -65,12 +65,12 @@ func (h *Handler) Join(c *gin.Context) {
 		return
 	}
 	ctx, user := c.Request.Context(), auth.From(c).UserID
-	joined, err := h.store.Join(ctx, *sale, user)
+	joined, p, err := h.store.JoinPlace(ctx, *sale, user)
 	if errors.Is(err, ErrStockMissing) {
 		// Redis lost the voucher's keys: put the stock back from MySQL
 		// (and the buyers with it), then join.
 		if err = h.restock(ctx, sale.VoucherID); err == nil {
-			joined, err = h.store.Join(ctx, *sale, user)
+			joined, p, err = h.store.JoinPlace(ctx, *sale, user)
 		}
 	}
 	if err != nil {
@@ -80,7 +80,7 @@ func (h *Handler) Join(c *gin.Context) {
 	if joined && h.obs != nil {
 		h.obs.Joined()
 	}
-	h.answerPlace(c, sale, user)
+	web.JSON(c, http.StatusOK, p)
 }
 
 // Place answers GET /vouchers/{id}/room: the caller's place.

@@ -1,4 +1,6 @@
 -- Join a voucher's waiting room, or answer the place already held.
+-- Run after place.lua (store.go puts the two together), whose place() it
+-- answers with.
 --
 -- KEYS[1] who       (hash: user -> "p:<hmac hex>", drawn at begin_time, or
 --                    "l:<n>", the n-th to join from begin_time on)
@@ -15,40 +17,46 @@
 -- ARGV[1] user ID   ARGV[2] HMAC-SHA256(seed, user ID), lower-case hex
 -- ARGV[3] opens_at  ARGV[4] begin_time   ARGV[5] end_time (ms)
 --
--- Returns 0 joined now, 1 in line already (the same place: waiting, or
--- admitted and still holding), 2 not started (before opens_at), 3 ended,
--- 4 sold out (no unit left that is neither sold nor held), 5 already
--- ordered, 6 the stock key is missing (Redis lost it: reload first).
--- Only 0 changes anything.
+-- Returns {code} or, for codes 0 and 1, {code, place.lua's place}: the
+-- answer of the join in the same round trip. Codes: 0 joined now, 1 in
+-- line already (the same place: waiting, or admitted and still holding),
+-- 2 not started (before opens_at), 3 ended, 4 sold out (no unit left that
+-- is neither sold nor held), 5 already ordered, 6 the stock key is missing
+-- (Redis lost it: reload first). Only 0 changes anything.
 --
 -- Times are the Redis server's, like every deadline of the room: which
 -- side of begin_time a join falls on is decided by one clock for every
 -- instance.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function answer(code)
+  local p = place(now, ARGV[1], tonumber(ARGV[4]))
+  table.insert(p, 1, code)
+  return p
+end
 if now < tonumber(ARGV[3]) then
-  return 2
+  return {2}
 end
 if now >= tonumber(ARGV[5]) then
-  return 3
+  return {3}
 end
 if redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
-  return 5
+  return {5}
 end
 local stock = redis.call('GET', KEYS[6])
 if not stock then
-  return 6
+  return {6}
 end
 local mine = redis.call('HGET', KEYS[1], ARGV[1])
 local untilMs = redis.call('ZSCORE', KEYS[5], ARGV[1])
 if mine and not (untilMs and tonumber(untilMs) <= now) then
-  return 1
+  return answer(1)
 end
 -- Units neither sold nor held: the room says sold out, and takes no one
 -- more, while there are none.
 local held = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 if tonumber(stock) - held <= 0 then
-  return 4
+  return {4}
 end
 if untilMs then
   -- A hold that ended without an order: a new place, at the back.
@@ -66,4 +74,4 @@ else
   redis.call('HSET', KEYS[1], ARGV[1], 'l:' .. n)
   redis.call('HSET', KEYS[8], ARGV[1], now)
 end
-return 0
+return answer(0)

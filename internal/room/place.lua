@@ -1,9 +1,11 @@
--- Read one user's place in a voucher's waiting room, and the room's
--- figures, as of one moment.
+-- place(now, user, begin): one user's place in a voucher's waiting room,
+-- and the room's figures, as of one moment. Not a script alone: the
+-- scripts that answer a place (read.lua, join.lua) begin with it.
 --
 -- KEYS[1] who   KEYS[2] pre   KEYS[4] state   KEYS[5] admitted
 -- KEYS[6] stock KEYS[7] buyers (join.lua's; KEYS[3], late, is not read)
--- ARGV[1] user ID ('' for the room's figures alone)   ARGV[2] begin_time (ms)
+-- now: the Redis server's clock (ms)   user: user ID ('' for the room's
+-- figures alone)   begin: begin_time (ms)
 --
 -- Returns {state, number, serving, until, free, total, now}:
 --   state   'none', 'waiting', 'admitted', 'expired' or 'ordered'
@@ -13,42 +15,42 @@
 --   free    units neither sold nor held (<= 0: the room is sold out)
 --   total   numbers given so far (those above serving are waiting)
 --   now     the Redis server's clock, in ms
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local serving = tonumber(redis.call('HGET', KEYS[4], 'serving') or '0')
-local drawn = tonumber(redis.call('HGET', KEYS[4], 'drawn') or '-1')
-if drawn < 0 then
-  drawn = redis.call('ZCARD', KEYS[2])
-end
-local total = drawn + tonumber(redis.call('HGET', KEYS[4], 'late') or '0')
-local stock = tonumber(redis.call('GET', KEYS[6]) or '0')
-local free = stock - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
-local state, number, untilMs = 'none', -1, -1
-if ARGV[1] ~= '' then
-  local mine = redis.call('HGET', KEYS[1], ARGV[1])
-  local u = redis.call('ZSCORE', KEYS[5], ARGV[1])
-  if u then
-    untilMs = tonumber(u)
+local function place(now, user, begin)
+  local serving = tonumber(redis.call('HGET', KEYS[4], 'serving') or '0')
+  local drawn = tonumber(redis.call('HGET', KEYS[4], 'drawn') or '-1')
+  if drawn < 0 then
+    drawn = redis.call('ZCARD', KEYS[2])
   end
-  if mine then
-    if string.sub(mine, 1, 2) == 'l:' then
-      number = drawn + tonumber(string.sub(mine, 3))
-    elseif now >= tonumber(ARGV[2]) or redis.call('HEXISTS', KEYS[4], 'drawn') == 1 then
-      local rank = redis.call('ZRANK', KEYS[2], string.sub(mine, 3) .. ':' .. ARGV[1])
-      if rank then
-        number = rank + 1
+  local total = drawn + tonumber(redis.call('HGET', KEYS[4], 'late') or '0')
+  local stock = tonumber(redis.call('GET', KEYS[6]) or '0')
+  local free = stock - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+  local state, number, untilMs = 'none', -1, -1
+  if user ~= '' then
+    local mine = redis.call('HGET', KEYS[1], user)
+    local u = redis.call('ZSCORE', KEYS[5], user)
+    if u then
+      untilMs = tonumber(u)
+    end
+    if mine then
+      if string.sub(mine, 1, 2) == 'l:' then
+        number = drawn + tonumber(string.sub(mine, 3))
+      elseif now >= begin or redis.call('HEXISTS', KEYS[4], 'drawn') == 1 then
+        local rank = redis.call('ZRANK', KEYS[2], string.sub(mine, 3) .. ':' .. user)
+        if rank then
+          number = rank + 1
+        end
+      end
+      if untilMs < 0 then
+        state = 'waiting'
+      elseif untilMs > now then
+        state = 'admitted'
+      else
+        state = 'expired'
       end
     end
-    if untilMs < 0 then
-      state = 'waiting'
-    elseif untilMs > now then
-      state = 'admitted'
-    else
-      state = 'expired'
+    if redis.call('SISMEMBER', KEYS[7], user) == 1 then
+      state = 'ordered'
     end
   end
-  if redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
-    state = 'ordered'
-  end
+  return {state, number, serving, untilMs, free, total, now}
 end
-return {state, number, serving, untilMs, free, total, now}

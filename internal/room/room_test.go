@@ -2,6 +2,8 @@ package room_test
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -115,7 +117,20 @@ func TestDrawNumbersTheLine(t *testing.T) {
 			t.Errorf("user %d: number %v, want %d", u, p.Number, i+1)
 		}
 	}
+	// A join answers the joiner's place from the same script: the place a
+	// read gives after it, for a new joiner and for one joining again.
+	for _, u := range []int64{104, 104, early[7]} {
+		joined, got, err := r.store.JoinPlace(ctx, r.sale, u)
+		if err != nil {
+			t.Fatalf("user %d joins: %v", u, err)
+		}
+		if p := r.place(t, u); !reflect.DeepEqual(got, p) || got.Number == nil {
+			t.Errorf("user %d (joined now: %t): the join answered %s, a read %s", u, joined, show(got), show(p))
+		}
+	}
 }
+
+func show(p room.Place) string { b, _ := json.Marshal(p); return string(b) }
 
 // admitted reads the users the room admitted, by number.
 func (r *rig) admitted(t *testing.T, users []int64) map[int64]int64 {

@@ -14,14 +14,20 @@ import (
 	"seckill/internal/stock"
 )
 
+// The scripts that answer a place begin with place.lua, the one home of
+// how a place is read: a join answers the joiner's place in its own round
+// trip.
 var (
+	//go:embed place.lua
+	placeSrc string
+
 	//go:embed join.lua
 	joinSrc    string
-	joinScript = redis.NewScript(joinSrc)
+	joinScript = redis.NewScript(placeSrc + joinSrc)
 
-	//go:embed place.lua
-	placeSrc    string
-	placeScript = redis.NewScript(placeSrc)
+	//go:embed read.lua
+	readSrc    string
+	readScript = redis.NewScript(placeSrc + readSrc)
 
 	//go:embed admit.lua
 	admitSrc    string
@@ -66,28 +72,44 @@ func keysOf(voucherID int64) []string {
 // Join puts userID in sale's line, or leaves the place they hold. It
 // reports whether the user joined now.
 func (s *Store) Join(ctx context.Context, sale Sale, userID int64) (bool, error) {
-	code, err := joinScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, Key(sale.Seed, userID),
-		sale.OpensAt.UnixMilli(), sale.Begin.UnixMilli(), sale.End.UnixMilli()).Int()
-	if err != nil {
-		return false, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
+	joined, _, err := s.JoinPlace(ctx, sale, userID)
+	return joined, err
+}
+
+// JoinPlace is Join that also answers the user's place after it, read in
+// the same script.
+func (s *Store) JoinPlace(ctx context.Context, sale Sale, userID int64) (bool, Place, error) {
+	v, err := joinScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, Key(sale.Seed, userID),
+		sale.OpensAt.UnixMilli(), sale.Begin.UnixMilli(), sale.End.UnixMilli()).Slice()
+	if err != nil || len(v) == 0 {
+		return false, Place{}, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
 	}
+	code, _ := v[0].(int64)
+	if code == 0 || code == 1 {
+		snap, err := snapshotOf(v[1:])
+		if err != nil {
+			return false, Place{}, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
+		}
+		return code == 0, snap.place(sale), nil
+	}
+	return false, Place{}, refusal(sale, code)
+}
+
+// refusal is the error of join.lua's code.
+func refusal(sale Sale, code int64) error {
 	switch code {
-	case 0:
-		return true, nil
-	case 1:
-		return false, nil
 	case 2:
-		return false, ErrNotOpen
+		return ErrNotOpen
 	case 3:
-		return false, ErrEnded
+		return ErrEnded
 	case 4:
-		return false, ErrSoldOut
+		return ErrSoldOut
 	case 5:
-		return false, ErrAlreadyOrdered
+		return ErrAlreadyOrdered
 	case 6:
-		return false, ErrStockMissing
+		return ErrStockMissing
 	}
-	return false, fmt.Errorf("join the room of voucher %d: unknown answer %d", sale.VoucherID, code)
+	return fmt.Errorf("join the room of voucher %d: unknown answer %d", sale.VoucherID, code)
 }
 
 // The states of a place, as the contract names them.
@@ -112,7 +134,7 @@ type Place struct {
 	AdmittedUntil *time.Time `json:"admitted_until"`
 }
 
-// snapshot is place.lua's answer.
+// snapshot is place.lua's place.
 type snapshot struct {
 	state                string
 	number               int64 // -1: not drawn yet
@@ -122,9 +144,19 @@ type snapshot struct {
 }
 
 func (s *Store) read(ctx context.Context, sale Sale, userID string) (snapshot, error) {
-	v, err := placeScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, sale.Begin.UnixMilli()).Slice()
-	if err != nil || len(v) != 7 {
-		return snapshot{}, apperr.Down(fmt.Errorf("read the room of voucher %d: %w (%d fields)", sale.VoucherID, err, len(v)))
+	v, err := readScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, sale.Begin.UnixMilli()).Slice()
+	if err == nil {
+		var snap snapshot
+		if snap, err = snapshotOf(v); err == nil {
+			return snap, nil
+		}
+	}
+	return snapshot{}, apperr.Down(fmt.Errorf("read the room of voucher %d: %w", sale.VoucherID, err))
+}
+
+func snapshotOf(v []any) (snapshot, error) {
+	if len(v) != 7 {
+		return snapshot{}, fmt.Errorf("a place of %d fields, not 7", len(v))
 	}
 	n := func(i int) int64 { x, _ := v[i].(int64); return x }
 	state, _ := v[0].(string)
