@@ -206,17 +206,24 @@ func readTokens(path string, n int) ([]account, error) {
 	}
 	defer f.Close()
 	var out []account
+	lineOf := map[string]int{} // user ID -> the line that gave it
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	for sc.Scan() && len(out) < n {
+	for line := 1; sc.Scan() && len(out) < n; line++ {
 		tok := strings.TrimSpace(sc.Text())
 		if tok == "" {
 			continue
 		}
 		id, err := subject(tok)
 		if err != nil {
-			return nil, fmt.Errorf("%s, line %d: %w", path, len(out)+1, err)
+			return nil, fmt.Errorf("%s, line %d: %w", path, line, err)
 		}
+		// Two tokens of one user would be one buyer pressing twice, not
+		// two buyers: the crowd is distinct accounts.
+		if first, ok := lineOf[id]; ok {
+			return nil, fmt.Errorf("%s, line %d: a token of user %s, as on line %d: each simulated user needs an account of its own", path, line, id, first)
+		}
+		lineOf[id] = line
 		out = append(out, account{id, tok})
 	}
 	if err := sc.Err(); err != nil {

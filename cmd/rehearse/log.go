@@ -177,6 +177,25 @@ func load(path string) (*Run, error) {
 	return &r, nil
 }
 
+// sameSale returns an error unless a and b drove one sale the same way:
+// one voucher, as the server made it, and one crowd's shape, but for
+// each generator's own numbers (its users, bots and seed; -stock, which
+// a generator on a given voucher does not use).
+func sameSale(a, b *Run) error {
+	va, vb := a.Voucher, b.Voucher
+	if va.ID != vb.ID || va.Stock != vb.Stock || va.Room != vb.Room || !va.Begin.Equal(vb.Begin) || !va.End.Equal(vb.End) {
+		return fmt.Errorf("not one sale: voucher %+v and %+v", a.Voucher, b.Voucher)
+	}
+	sa, sb := a.Shape, b.Shape
+	for _, s := range []*Shape{&sa, &sb} {
+		s.Users, s.Bots, s.Seed, s.Stock = 0, 0, 0, 0
+	}
+	if sa != sb {
+		return fmt.Errorf("not one crowd: flags %+v and %+v (only -users, -bots, -seed and -first may differ between generators)", sa, sb)
+	}
+	return nil
+}
+
 // merge joins the runs of several generators that drove one voucher at
 // once (each with -voucher and users of its own) into one run, as if one
 // machine had made the whole crowd. Their clocks are each their own,
@@ -190,9 +209,16 @@ func merge(runs []*Run) (*Run, error) {
 	out.Users, out.Attempts, out.Machines, out.After.Orders, out.After.Probes = nil, nil, nil, nil, nil
 	out.Shared = false
 	latest := runs[0]
-	for _, r := range runs {
-		if r.Voucher.ID != out.Voucher.ID {
-			return nil, fmt.Errorf("runs of vouchers %s and %s: merge only the runs of one sale", out.Voucher.ID, r.Voucher.ID)
+	owner := map[string]int{} // user ID -> the run that had them
+	for i, r := range runs {
+		if err := sameSale(runs[0], r); err != nil {
+			return nil, fmt.Errorf("runs 1 and %d: %w", i+1, err)
+		}
+		for _, u := range r.Users {
+			if j, ok := owner[u.ID]; ok && j != i {
+				return nil, fmt.Errorf("user %s is in runs %d and %d: give each generator users of its own (-first, or a token file each)", u.ID, j+1, i+1)
+			}
+			owner[u.ID] = i
 		}
 		users, machines := len(out.Users), len(out.Machines)
 		for _, u := range r.Users {

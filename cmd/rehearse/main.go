@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -135,17 +136,25 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 		c.bases = append(c.bases, b)
 	}
-	switch {
-	case s.Users < 0 || s.Bots < 0 || s.Users+s.Bots == 0:
-		return c, errors.New("-users and -bots: at least one user, and neither negative")
-	case s.Stock < 0:
-		return c, errors.New("-stock must not be negative")
-	case s.Conns != "user" && s.Conns != "shared":
-		return c, errors.New("-conns is user or shared")
-	case c.room != "off" && c.room != "on" && c.room != "both":
-		return c, errors.New("-room is off, on or both")
-	case s.React <= 0 || s.BotEvery <= 0 || s.Backoff <= 0 || s.BackoffMax < s.Backoff || s.Timeout <= 0 || s.Duration <= 0:
-		return c, errors.New("-react, -bot-every, -backoff, -timeout and -duration must be positive, and -backoff-max at least -backoff")
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	// A deployment that is not this machine may be production: the
+	// rehearsal would sign thousands of phones up on it (and send their
+	// owners login codes, if its codes go by SMS), and log the admin's
+	// phone in. Nothing of that happens by default there: say whose.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, b := range c.bases {
+		if loopback(b) {
+			continue
+		}
+		switch {
+		case !set["first"] && c.tokens == "":
+			return c, fmt.Errorf("-base %s is not this machine: say which accounts the crowd is, with -tokens FILE (go run ./loadtest/tokens writes one) or -first PHONE (users -first to -first+%d are logged in, and made on first login)", b, s.Users+s.Bots-1)
+		case c.adminToken == "" && c.voucher == "" && !set["admin-phone"]:
+			return c, fmt.Errorf("-base %s is not this machine: give -admin-token, -voucher, or the admin's -admin-phone explicitly", b)
+		}
 	}
 	if s.Seed == 0 {
 		s.Seed = rand.Uint64()
@@ -153,13 +162,67 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if c.first == 0 {
 		c.first = 15_000_000_000 + rand.Int64N(40_000)*100_000
 	}
-	if n := int64(s.Users + s.Bots); c.first < 10_000_000_000 || c.first+n > 19_999_999_999 {
-		return c, errors.New("-first..-first+users+bots must be 11-digit phones starting with 1")
+	n := int64(s.Users + s.Bots)
+	if c.room == "both" {
+		n *= 2 // the second crowd follows the first
+	}
+	if c.first < 10_000_000_000 || c.first+n-1 > 19_999_999_999 {
+		return c, fmt.Errorf("-first %d: the crowd's phones, -first to -first+%d, must be 11-digit numbers starting with 1", c.first, n-1)
 	}
 	if c.out == "" {
 		c.out = "rehearsal-" + time.Now().Format("20060102-150405")
 	}
 	return c, nil
+}
+
+// validate refuses flags that cannot make a sale, each with what is wrong.
+func (c config) validate() error {
+	s := c.shape
+	share := func(name string, v float64) error {
+		if v < 0 || v > 1 {
+			return fmt.Errorf("-%s %g: a share, from 0 to 1", name, v)
+		}
+		return nil
+	}
+	switch {
+	case s.Users < 0 || s.Bots < 0 || s.Users+s.Bots == 0:
+		return fmt.Errorf("-users %d, -bots %d: at least one user, and neither negative", s.Users, s.Bots)
+	case c.voucher == "" && s.Stock < 1:
+		return fmt.Errorf("-stock %d: the rehearsal's voucher needs at least one unit", s.Stock)
+	case c.voucher == "" && s.Stock > int64(s.Users+s.Bots):
+		return fmt.Errorf("-stock %d is more than the crowd (%d users and bots): everyone would win and the sale would never sell out; give fewer units or more users", s.Stock, s.Users+s.Bots)
+	case c.voucher != "" && strings.Trim(c.voucher, "0123456789") != "":
+		return fmt.Errorf("-voucher %q: a voucher ID is decimal digits", c.voucher)
+	case s.Conns != "user" && s.Conns != "shared":
+		return errors.New("-conns is user or shared")
+	case c.room != "off" && c.room != "on" && c.room != "both":
+		return errors.New("-room is off, on or both")
+	case s.React <= 0 || s.BotEvery <= 0 || s.Backoff <= 0 || s.BackoffMax < s.Backoff || s.Timeout <= 0 || s.Duration <= 0:
+		return errors.New("-react, -bot-every, -backoff, -timeout and -duration must be positive, and -backoff-max at least -backoff")
+	case s.Lead < 0 || s.Tail < 0 || s.BotLead < 0 || c.settle < 0 || c.drain < 0 || c.delta < 0 || c.bin < 0:
+		return errors.New("-lead, -tail, -bot-lead, -settle, -drain, -delta and -bin must not be negative")
+	case s.Retries < 0 || s.BotConns < 1 || c.logins < 1:
+		return fmt.Errorf("-retries %d, -bot-conns %d, -logins %d: retries at least 0, the others at least 1", s.Retries, s.BotConns, c.logins)
+	case c.room != "off" && (s.RoomRate < 1 || s.RoomRate > 100_000):
+		return fmt.Errorf("-room-rate %d: from 1 to 100000 a second", s.RoomRate)
+	case c.room != "off" && (s.RoomHold < 5*time.Second || s.RoomHold > time.Hour || s.RoomHold%time.Second != 0):
+		return fmt.Errorf("-room-hold %s: whole seconds, from 5s to 1h", s.RoomHold)
+	}
+	return errors.Join(share("early", s.Early), share("late", s.Late), share("honour", s.Honour), share("again", s.Again))
+}
+
+// loopback reports whether base names this machine.
+func loopback(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // run is the command: parse, rehearse (or merge), report.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -372,5 +374,98 @@ func TestLoginStopsAtTheFirstCodeNotAnswered(t *testing.T) {
 	}
 	if n := codes.Load(); n != 1 {
 		t.Errorf("%d login codes asked for, want 1", n)
+	}
+}
+
+// TestFlagsRefused: flags that cannot make a sale, or that would log a
+// crowd in on a deployment elsewhere without being told whose phones to
+// use, are refused with what is wrong.
+func TestFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in the error; "" for none
+	}{
+		{[]string{"-admin-token", "x"}, ""},
+		{[]string{"-users", "-1"}, "-users"},
+		{[]string{"-users", "0", "-bots", "0"}, "at least one user"},
+		{[]string{"-stock", "0"}, "at least one unit"},
+		{[]string{"-users", "10", "-bots", "0", "-stock", "11"}, "more than the crowd"},
+		{[]string{"-voucher", "42", "-users", "10", "-bots", "0", "-stock", "11"}, ""}, // -stock is the voucher's
+		{[]string{"-voucher", "4x"}, "decimal digits"},
+		{[]string{"-early", "1.5"}, "-early"},
+		{[]string{"-again", "-0.1"}, "-again"},
+		{[]string{"-retries", "-1"}, "-retries"},
+		{[]string{"-logins", "0"}, "-logins"},
+		{[]string{"-bot-conns", "0"}, "-bot-conns"},
+		{[]string{"-lead", "-1s"}, "must not be negative"},
+		{[]string{"-delta", "-1ms"}, "must not be negative"},
+		{[]string{"-room", "on", "-room-hold", "2s"}, "-room-hold"},
+		{[]string{"-room", "on", "-room-rate", "0"}, "-room-rate"},
+		{[]string{"-first", "19999999999", "-users", "2", "-bots", "0", "-stock", "1"}, "11-digit"},
+		{[]string{"-base", "https://sale.example.com", "-admin-token", "x"}, "-first PHONE"},
+		{[]string{"-base", "https://sale.example.com", "-first", "15000000000"}, "-admin-token"},
+		{[]string{"-base", "https://sale.example.com", "-first", "15000000000", "-admin-token", "x"}, ""},
+		{[]string{"-base", "http://127.0.0.1:8080,https://10.0.0.7", "-tokens", "t.txt", "-voucher", "42"}, ""},
+		{[]string{"-base", "http://[::1]:8080,http://localhost:8081"}, ""},
+	} {
+		_, err := parse(tc.args, io.Discard)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one saying %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestTokenFileOfOneUserTwice: a token file that holds two tokens of
+// one user is refused: they would be one buyer, not two.
+func TestTokenFileOfOneUserTwice(t *testing.T) {
+	tok := func(sub string) string {
+		return "e30." + base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"`+sub+`"}`)) + ".sig"
+	}
+	path := filepath.Join(t.TempDir(), "tokens.txt")
+	if err := os.WriteFile(path, []byte(tok("1")+"\n"+tok("2")+"\n\n"+tok("1")+"x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readTokens(path, 2); err != nil {
+		t.Errorf("the first two tokens: %v", err)
+	}
+	_, err := readTokens(path, 3)
+	if err == nil || !strings.Contains(err.Error(), "line 4: a token of user 1, as on line 1") {
+		t.Errorf("error %v, want one naming lines 4 and 1", err)
+	}
+}
+
+// TestMergeRefusesOtherSales: runs of another voucher, of another crowd's
+// shape, or sharing a user are not merged.
+func TestMergeRefusesOtherSales(t *testing.T) {
+	run := func(first int) *Run {
+		r := line("WL")
+		r.Version = runVersion
+		r.Voucher.ID, r.Voucher.Begin = "42", time.Unix(1_800_000_000, 0)
+		r.Shape = Shape{Users: 2, BotEvery: 50 * time.Millisecond, Seed: uint64(first)}
+		for i := range r.Users {
+			r.Users[i].ID = fmt.Sprint(first + i)
+		}
+		return r
+	}
+	if _, err := merge([]*Run{run(1), run(3)}); err != nil {
+		t.Fatalf("two generators of one sale: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		change func(*Run)
+		want   string
+	}{
+		"another voucher":     {func(r *Run) { r.Voucher.ID = "43" }, "not one sale"},
+		"another begin_time":  {func(r *Run) { r.Voucher.Begin = r.Voucher.Begin.Add(time.Second) }, "not one sale"},
+		"another bots' beat":  {func(r *Run) { r.Shape.BotEvery = time.Second }, "not one crowd"},
+		"a user of the other": {func(r *Run) { r.Users[1].ID = "1" }, "user 1 is in runs 1 and 2"},
+	} {
+		b := run(3)
+		tc.change(b)
+		if _, err := merge([]*Run{run(1), b}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one saying %q", name, err, tc.want)
+		}
 	}
 }
