@@ -13,8 +13,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"seckill/loadtest/tokens/login"
 )
 
 // The calls the rehearsal makes besides the crowd's presses, each as
@@ -99,101 +100,19 @@ func retryAfter(h http.Header) time.Duration {
 }
 
 // An account is a logged-in user: the server's ID and a token.
-type account struct {
-	ID, Token string
-}
+type account = login.Account
 
-// login logs phone in with the code POST /auth/code answers (the server
-// must run with AUTH_DEV_CODES on). An address may have only a few logins
-// in flight at once: past them the server answers 429 with Retry-After,
-// and login comes back then.
-func login(ctx context.Context, cl *http.Client, base, phone string) (account, error) {
-	var sent struct {
-		Code string `json:"code"`
+// logIn logs the crowd in: phones first, first+1, ..., c at once, spread
+// over bases, with what the rehearsal's user can do about a refusal.
+func logIn(ctx context.Context, cl *http.Client, bases []string, first int64, n, c int) ([]account, error) {
+	as, err := login.All(ctx, cl, bases, first, n, c, nil)
+	switch {
+	case errors.Is(err, login.ErrNoCode):
+		return nil, fmt.Errorf("%w, or give -tokens", err)
+	case err != nil:
+		return nil, fmt.Errorf("log the crowd in (other phones: -first): %w", err)
 	}
-	if err := call(ctx, cl, http.MethodPost, base+"/auth/code", "", map[string]string{"phone": phone}, http.StatusOK, &sent); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && ae.status == http.StatusTooManyRequests {
-			return account{}, fmt.Errorf("%w: the server limits login codes per phone and per address; give other phones (-first), or start its load test with AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0", err)
-		}
-		return account{}, err
-	}
-	if sent.Code == "" {
-		return account{}, errors.New("POST /auth/code answered no code: run the server with AUTH_DEV_CODES=true, or give -tokens")
-	}
-	var in struct {
-		Token string `json:"token"`
-		User  struct {
-			ID string `json:"id"`
-		} `json:"user"`
-	}
-	for try := 0; ; try++ {
-		err := call(ctx, cl, http.MethodPost, base+"/auth/login", "", map[string]string{"phone": phone, "code": sent.Code}, http.StatusOK, &in)
-		var ae *apiError
-		if err == nil {
-			break
-		}
-		if !errors.As(err, &ae) || ae.status != http.StatusTooManyRequests || try == 30 || ae.retryAfter > 5*time.Second {
-			return account{}, err
-		}
-		select {
-		case <-ctx.Done():
-			return account{}, ctx.Err()
-		case <-time.After(max(ae.retryAfter, 100*time.Millisecond)):
-		}
-	}
-	if in.Token == "" || in.User.ID == "" {
-		return account{}, errors.New("POST /auth/login answered no token or no user")
-	}
-	return account{in.User.ID, in.Token}, nil
-}
-
-// loginAll logs n users in, phones first, first+1, ..., with c logins at
-// once, spreading them over bases.
-func loginAll(ctx context.Context, cl *http.Client, bases []string, first int64, n, c int) ([]account, error) {
-	out := make([]account, n)
-	if n == 0 {
-		return out, nil
-	}
-	// The first alone: a server that answers no code (AUTH_DEV_CODES off,
-	// a real SMS gateway behind it) stops the crowd after one code sent,
-	// not after c codes to c strangers' phones.
-	a, err := login(ctx, cl, bases[0], strconv.FormatInt(first, 10))
-	if err != nil {
-		return nil, fmt.Errorf("log in %d: %w", first, err)
-	}
-	out[0] = a
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range c {
-		wg.Go(func() {
-			for i := range jobs {
-				phone := strconv.FormatInt(first+int64(i), 10)
-				a, err := login(ctx, cl, bases[i%len(bases)], phone)
-				if err != nil {
-					cancel(fmt.Errorf("log in %s: %w", phone, err))
-					return
-				}
-				out[i] = a
-			}
-		})
-	}
-feed:
-	for i := 1; i < n; i++ {
-		select {
-		case jobs <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return as, nil
 }
 
 // readTokens reads a token file (loadtest/tokens writes one: a token a
@@ -224,7 +143,7 @@ func readTokens(path string, n int) ([]account, error) {
 			return nil, fmt.Errorf("%s, line %d: a token of user %s, as on line %d: each simulated user needs an account of its own", path, line, id, first)
 		}
 		lineOf[id] = line
-		out = append(out, account{id, tok})
+		out = append(out, account{ID: id, Token: tok})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err

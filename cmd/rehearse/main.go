@@ -35,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"seckill/loadtest/tokens/login"
 )
 
 func main() {
@@ -310,7 +312,7 @@ func rehearse(ctx context.Context, c config, logw io.Writer) (*Run, error) {
 		accounts, err = readTokens(c.tokens, n)
 	} else {
 		logf("logging %d users in (phones %d to %d) through %s", n, c.first, c.first+int64(n)-1, c.bases[0])
-		accounts, err = loginAll(ctx, plain, c.bases, c.first, n, c.logins)
+		accounts, err = logIn(ctx, plain, c.bases, c.first, n, c.logins)
 	}
 	if err != nil {
 		return nil, err
@@ -377,7 +379,7 @@ func rehearse(ctx context.Context, c config, logw io.Writer) (*Run, error) {
 func adminLogin(ctx context.Context, c config) (string, error) {
 	cl := &http.Client{Timeout: 30 * time.Second}
 	defer cl.CloseIdleConnections()
-	a, err := login(ctx, cl, c.bases[0], strings.TrimSpace(c.adminPhone))
+	a, err := login.One(ctx, cl, c.bases[0], strings.TrimSpace(c.adminPhone))
 	if err != nil {
 		return "", fmt.Errorf("log the admin in (or give -admin-token; go run ./loadtest/tokens -first %s -n 1 writes one): %w", c.adminPhone, err)
 	}
