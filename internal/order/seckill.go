@@ -225,8 +225,16 @@ func (m syncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (
 	switch outcome {
 	case NotWritten:
 		m.settleFailure(ctx, h, err)
-		if errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) {
+		switch {
+		case errors.Is(err, ErrAlreadyOrdered) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy):
 			return 0, err
+		case permanent(err):
+			// MySQL refused the row itself (a value it cannot store, a
+			// CHECK): the same order would be refused again, so "try
+			// again" (503) would be untrue. The schema and the code
+			// disagree, which an operator must fix: 500, logged with its
+			// cause by the web layer. Nothing was taken (settleFailure).
+			return 0, fmt.Errorf("%w: %w", errRefused, err)
 		}
 		return 0, apperr.Down(err)
 	case Unknown:
@@ -296,6 +304,10 @@ func (m syncMode) take(ctx context.Context, v *voucher.Voucher, userID int64) (s
 	}
 	return h, 0, fmt.Errorf("take stock: unknown answer %d from the script", res)
 }
+
+// errRefused marks an order MySQL refused for what is in its row (see
+// permanent): answered 500, since trying again cannot help.
+var errRefused = errors.New("order refused by MySQL")
 
 // busyRetry is ErrBusy with a Retry-After of a second: the other request
 // of the user that holds the unit or the lock is done within milliseconds

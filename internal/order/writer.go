@@ -20,9 +20,11 @@ import (
 // committed, so a sync 200 keeps its promise. Under light load a batch is
 // one order, and nothing waits for company: there is no timer.
 //
-// If a batch fails as a whole (one order's user already has one, say), its
+// If a batch fails as a whole (one order's user already has one, say, or
+// MySQL refuses one order's row: a value too long for its column), its
 // orders are written again one by one, each by its own request, so that
-// each gets its own answer and the writer goes on meanwhile. A batch that
+// each gets its own answer (a refused row's is 500, the others' 200) and
+// the writer goes on meanwhile. A batch that
 // loses a conflict (error 1213: on a Galera cluster, another node wrote
 // the voucher's row first) is not broken up: it is run again, whole,
 // after a short pause (retryConflicts).
