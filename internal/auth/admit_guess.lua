@@ -24,20 +24,14 @@
 -- during an attack).
 -- Were all of them wrong, the count would reach the free ones and one
 -- more, as if they had come one by one. Both keys in one slot: they
--- share the address's hash tag.
+-- share the address's hash tag. (now_ms, free_guesses and waiting come
+-- from wait.lua.)
 local ADMITTED, WAIT, AT_ONCE = 0, 1, 2
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local free = tonumber(ARGV[1])
-if ARGV[2] == '1' then
-  free = 0
-end
-local untilMs = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
-local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
--- A wait holds while the count is past the free guesses of the limits in
--- force: raising them lifts the waits they no longer justify.
-if untilMs > now and n > free then
-  return {WAIT, untilMs - now}
+local now = now_ms()
+local free = free_guesses(tonumber(ARGV[1]), ARGV[2] == '1')
+local wait, n = waiting(KEYS[1], now, free)
+if wait > 0 then
+  return {WAIT, wait}
 end
 local stale = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - stale)

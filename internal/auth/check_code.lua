@@ -26,26 +26,20 @@
 -- Gates, comparison and count are one script: guesses at once are
 -- counted one after another, so no two of them pass a gate that the
 -- first of them should have closed, and a code logs in once (it is
--- deleted). Times come from Redis (TIME), never from an instance.
+-- deleted). Times come from Redis (TIME), never from an instance. The
+-- pair's wait is wait.lua's (now_ms, free_guesses, waiting, wait_after).
 local MATCHED, WRONG, PAIR_WAIT, PHONE_BUSY = 0, 1, 2, 3
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local trusted = redis.call('EXISTS', KEYS[3]) == 1
 local hour = tonumber(ARGV[8])
 
 -- The pair waits after its last wrong guess. Only this address waits on
 -- this phone: a stranger's guesses never slow the owner's.
-local free = tonumber(ARGV[2])
-if ARGV[3] == '1' and not trusted then
-  free = 0
-end
-local untilMs = tonumber(redis.call('HGET', KEYS[2], 'until') or '0')
-local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
--- (While the count is past the free guesses of the limits in force:
--- raising them lifts the waits they no longer justify.)
-if untilMs > now and n > free then
-  return {PAIR_WAIT, untilMs - now}
+local free = free_guesses(tonumber(ARGV[2]), ARGV[3] == '1' and not trusted)
+local pairWait = waiting(KEYS[2], now, free)
+if pairWait > 0 then
+  return {PAIR_WAIT, pairWait}
 end
 
 -- The phone's budget holds the guessers that many addresses together
@@ -74,11 +68,8 @@ end
 
 -- A wrong guess (with no live code too: a failed login is a failed
 -- login). Past the free ones, each doubles the pair's wait.
-n = redis.call('HINCRBY', KEYS[2], 'n', 1)
-local wait = 0
-if n > free then
-  wait = math.min(tonumber(ARGV[4]) * 2 ^ math.min(n - free - 1, 40), tonumber(ARGV[5]))
-end
+local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
+local wait = wait_after(n, free, tonumber(ARGV[4]), tonumber(ARGV[5]))
 redis.call('HSET', KEYS[2], 'until', string.format('%d', now + wait))
 -- Kept a while after the wait ends, so that a guesser who waits out each
 -- delay meets the next, longer one; a pair quiet that long starts over.

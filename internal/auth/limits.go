@@ -180,9 +180,14 @@ var (
 	sendCodeSrc    string
 	sendCodeScript = redis.NewScript(sendCodeSrc)
 
+	// wait.lua is the wait of wrong guesses, shared by the scripts that
+	// count them or gate on them: each begins with it.
+	//go:embed wait.lua
+	waitSrc string
+
 	//go:embed check_code.lua
 	checkCodeSrc    string
-	checkCodeScript = redis.NewScript(checkCodeSrc)
+	checkCodeScript = redis.NewScript(waitSrc + checkCodeSrc)
 
 	//go:embed count_window.lua
 	countWindowSrc    string
@@ -190,11 +195,11 @@ var (
 
 	//go:embed admit_guess.lua
 	admitGuessSrc    string
-	admitGuessScript = redis.NewScript(admitGuessSrc)
+	admitGuessScript = redis.NewScript(waitSrc + admitGuessSrc)
 
 	//go:embed settle_guess.lua
 	settleGuessSrc    string
-	settleGuessScript = redis.NewScript(settleGuessSrc)
+	settleGuessScript = redis.NewScript(waitSrc + settleGuessSrc)
 )
 
 // Answers of admit_guess.lua.

@@ -11,21 +11,16 @@
 -- ARGV[5] the first wait, in ms; each further wrong guess doubles it
 -- ARGV[6] the longest wait, in ms
 -- ARGV[7] how long the count is kept after its wait ends, in ms
+--
+-- The wait is wait.lua's (now_ms, free_guesses, wait_after).
 redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[2] ~= '1' then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local free = tonumber(ARGV[3])
-if ARGV[4] == '1' then
-  free = 0
-end
+local now = now_ms()
+local free = free_guesses(tonumber(ARGV[3]), ARGV[4] == '1')
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-local wait = 0
-if n > free then
-  wait = math.min(tonumber(ARGV[5]) * 2 ^ math.min(n - free - 1, 40), tonumber(ARGV[6]))
-end
+local wait = wait_after(n, free, tonumber(ARGV[5]), tonumber(ARGV[6]))
 -- Attempts settle in any order: a wait only grows.
 local untilMs = math.max(now + wait, tonumber(redis.call('HGET', KEYS[1], 'until') or '0'))
 redis.call('HSET', KEYS[1], 'until', string.format('%d', untilMs))
