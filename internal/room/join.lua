@@ -29,8 +29,8 @@
 -- instance.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function answer(code)
-  local p = place(now, ARGV[1], tonumber(ARGV[4]))
+local function answer(code, joined)
+  local p = place(now, ARGV[1], tonumber(ARGV[4]), joined)
   table.insert(p, 1, code)
   return p
 end
@@ -55,7 +55,8 @@ end
 -- Units neither sold nor held: the room says sold out, and takes no one
 -- more, while there are none.
 local held = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
-if tonumber(stock) - held <= 0 then
+local free = tonumber(stock) - held
+if free <= 0 then
   return {4}
 end
 if untilMs then
@@ -66,12 +67,13 @@ end
 -- admission froze it (admit.lua's `drawn`), whatever a clock stepping back
 -- says after that.
 if now < tonumber(ARGV[4]) and redis.call('HEXISTS', KEYS[4], 'drawn') == 0 then
+  mine = 'p:' .. ARGV[2]
   redis.call('ZADD', KEYS[2], 0, ARGV[2] .. ':' .. ARGV[1])
-  redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. ARGV[2])
 else
   local n = redis.call('HINCRBY', KEYS[4], 'late', 1)
+  mine = 'l:' .. n
   redis.call('HSET', KEYS[3], n, ARGV[1])
-  redis.call('HSET', KEYS[1], ARGV[1], 'l:' .. n)
   redis.call('HSET', KEYS[8], ARGV[1], now)
 end
-return answer(0)
+redis.call('HSET', KEYS[1], ARGV[1], mine)
+return answer(0, {mine = mine, free = free})

@@ -98,6 +98,12 @@ func TestDrawNumbersTheLine(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// A join answers the joiner's place from the same script: the place a
+	// read gives after it (here before the draw; after it, below).
+	early = append(early, 61)
+	if joined, got, err := r.store.JoinPlace(ctx, r.sale, 61); err != nil || !joined || !reflect.DeepEqual(got, r.place(t, 61)) {
+		t.Errorf("user 61 joins before the draw: %t %v, answered %s, a read %s", joined, err, show(got), show(r.place(t, 61)))
+	}
 	if p := r.place(t, 1); p.State != room.StateWaiting || p.Number != nil || p.Ahead != nil {
 		t.Errorf("before the draw: %+v, want waiting without a number", p)
 	}
@@ -117,8 +123,8 @@ func TestDrawNumbersTheLine(t *testing.T) {
 			t.Errorf("user %d: number %v, want %d", u, p.Number, i+1)
 		}
 	}
-	// A join answers the joiner's place from the same script: the place a
-	// read gives after it, for a new joiner and for one joining again.
+	// After the draw: a new joiner, the same joining again, and one of
+	// the drawn joining again.
 	for _, u := range []int64{104, 104, early[7]} {
 		joined, got, err := r.store.JoinPlace(ctx, r.sale, u)
 		if err != nil {
