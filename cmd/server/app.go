@@ -42,7 +42,7 @@ type app struct {
 	liveDone  context.Context
 	stopLive  func()           // ends the /live event streams, at shutdown
 	slots     *admission.Cap   // MAX_IN_FLIGHT, shared among client addresses
-	conns     *admission.Conns // MAX_CONNS_PER_ADDR, on the listener
+	conns     *admission.Conns // MAX_CONNS_PER_ADDR and MAX_CONNS_PER_IPV6_48, on the listener
 }
 
 // newApp builds the features on the stores, then the router.
@@ -63,7 +63,7 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
-	a.conns = admission.NewConns(cfg.MaxConnsPerAddr, trusted)
+	a.conns = admission.NewConns(cfg.MaxConnsPerAddr, cfg.MaxConnsPer48, trusted)
 	ids := idworker.New(st.rdb, now, order.IDFloor(st.causal(), a.queue))
 
 	// No SMS gateway ships with the project. A real one plugs in here, as

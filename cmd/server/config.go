@@ -73,6 +73,10 @@ type config struct {
 	// MaxConnsPerAddr caps the connections one client address holds
 	// open (0: no cap); the trusted proxies are not capped.
 	MaxConnsPerAddr int
+	// MaxConnsPer48 caps the connections of all the addresses of one
+	// IPv6 /48 together (0: no cap): its 65,536 /64s are each an address
+	// to MaxConnsPerAddr.
+	MaxConnsPer48 int
 	// DevSettings names the development settings that are on
 	// (AUTH_DEV_CODES, LIVE_CROWD, PAYMENT_FAKE), for the warning logged
 	// at start; DevOnNetwork (ALLOW_DEV_SETTINGS_ON_NETWORK) lets them

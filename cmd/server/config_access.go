@@ -98,6 +98,11 @@ func admissionVars(c *config, v *vars) {
 	// Far more than a browser opens (six) or a load test needs from one
 	// machine, far less than the process' open files.
 	c.MaxConnsPerAddr = v.int("MAX_CONNS_PER_ADDR", 1024, 0, 1_000_000)
+	// An IPv6 /48 is one site (a home's or an office's network, often),
+	// and holds 65,536 /64s: capped only per /64, one site could open
+	// 65,536 times MAX_CONNS_PER_ADDR. Four addresses' worth: room for a
+	// site's hundreds of browsers, and a bound on what it costs.
+	c.MaxConnsPer48 = v.int("MAX_CONNS_PER_IPV6_48", 4096, 0, 1_000_000)
 }
 
 // devVars keeps the development settings off the network. Each hands a

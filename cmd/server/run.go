@@ -46,7 +46,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		ln.Close()
 		return err
 	}
-	// No address holds more than MAX_CONNS_PER_ADDR connections.
+	// No address holds more than MAX_CONNS_PER_ADDR connections, and no
+	// IPv6 /48 more than MAX_CONNS_PER_IPV6_48.
 	ln = app.conns.Listener(ln)
 	warnDev(cfg, log)
 	if cfg.embedded() {

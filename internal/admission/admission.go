@@ -6,7 +6,7 @@
 //   - more requests at once than the instance's pools can serve: a cap on
 //     requests in flight, shared fairly among client addresses;
 //   - more connections from one address than any client needs: a cap per
-//     address on the listener (conns.go).
+//     address on the listener, and one per IPv6 /48 (conns.go).
 //
 // Both answer 429 busy with a Retry-After header. The point is the speed
 // of the no: a request refused here costs microseconds and no connection,
@@ -31,7 +31,6 @@ import (
 
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
-	"seckill/internal/web"
 )
 
 var (
@@ -151,6 +150,14 @@ func (b *Buckets) PerUser(fail func(*gin.Context, error)) gin.HandlerFunc {
 // buyer was told 429. A newcomer (an address holding none) is let in
 // while any slot is free.
 //
+// The share is a site's: an IPv6 /48 (65,536 /64s, each an address to
+// the limits that count addresses), or an IPv4 address. A site's /64s
+// share its share the same way among themselves: once half the slots are
+// taken, a /64 holding some holds at most its site's share divided among
+// the site's /64s holding any. Shared by /64 alone, a flood from every /64
+// of one /48 was 65,536 newcomers, each let in while a slot was free, and
+// held every slot.
+//
 // A slot is taken once the request's body has arrived (web.ReadBody runs
 // first): a client that trickles its body in holds a connection, not a
 // slot.
@@ -159,41 +166,67 @@ type Cap struct {
 
 	mu    sync.Mutex
 	total int
-	held  map[string]int // by web.AddrKey: the addresses holding slots
+	held  map[string]*holder // by site (sharesOf): the sites holding slots
 
 	refused atomic.Int64 // when a request was last refused, in Unix ns
 }
 
-// NewCap returns a Cap of n requests at once; n 0 turns it off.
-func NewCap(n int) *Cap {
-	return &Cap{n: max(n, 0), held: map[string]int{}}
+// holder is what one site holds: its slots in all, and each of its
+// addresses' (by web.AddrKey: an IPv6 /64) that holds any.
+type holder struct {
+	n     int
+	addrs map[string]int
 }
 
-// take takes a slot for the address key, if the cap and the share allow.
-func (cp *Cap) take(key string) bool {
+// NewCap returns a Cap of n requests at once; n 0 turns it off.
+func NewCap(n int) *Cap {
+	return &Cap{n: max(n, 0), held: map[string]*holder{}}
+}
+
+// take takes a slot for the client address addr, if the cap and the
+// shares (its site's, and its own within the site) allow.
+func (cp *Cap) take(addr string) bool {
+	site, key := sharesOf(addr)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	h := cp.held[key]
 	if cp.total >= cp.n {
 		return false
 	}
-	if h > 0 && cp.total >= cp.n/2 && h >= max(cp.n/(2*len(cp.held)), 1) {
-		return false
+	h := cp.held[site]
+	if h != nil && cp.total >= cp.n/2 {
+		share := max(cp.n/(2*len(cp.held)), 1)
+		if h.n >= share {
+			return false
+		}
+		// An IPv4 site is one address, which holds all of h.n: this
+		// second test is the first again. A /48's /64s divide its share.
+		if mine := h.addrs[key]; mine > 0 && mine >= max(share/len(h.addrs), 1) {
+			return false
+		}
+	}
+	if h == nil {
+		h = &holder{addrs: map[string]int{}}
+		cp.held[site] = h
 	}
 	cp.total++
-	cp.held[key] = h + 1
+	h.n++
+	h.addrs[key]++
 	return true
 }
 
-// give gives back a slot of key's.
-func (cp *Cap) give(key string) {
+// give gives back a slot of addr's.
+func (cp *Cap) give(addr string) {
+	site, key := sharesOf(addr)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	cp.total--
-	if cp.held[key] <= 1 {
-		delete(cp.held, key) // the map holds the addresses in flight only
-	} else {
-		cp.held[key]--
+	h := cp.held[site]
+	if h == nil {
+		return
+	}
+	release(h.addrs, key)
+	if h.n--; h.n <= 0 {
+		delete(cp.held, site) // the map holds the sites in flight only
 	}
 }
 
@@ -241,13 +274,13 @@ func (cp *Cap) Limit(fail func(*gin.Context, error), exempt ...string) gin.Handl
 		}
 		// ClientIP: behind a proxy in TRUSTED_PROXIES, the client it
 		// names, else the connection's peer.
-		key := web.AddrKey(c.ClientIP())
-		if !cp.take(key) {
+		addr := c.ClientIP()
+		if !cp.take(addr) {
 			cp.refused.Store(time.Now().UnixNano())
 			fail(c, apperr.RetryAfter(ErrOverloaded, time.Second))
 			return
 		}
-		defer cp.give(key)
+		defer cp.give(addr)
 		c.Next()
 	}
 }

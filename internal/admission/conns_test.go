@@ -15,7 +15,7 @@ func TestConnsPerAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := NewConns(2, []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")})
+	cs := NewConns(2, 0, []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")})
 	capped := cs.Listener(ln)
 	defer capped.Close()
 	accepted := make(chan net.Conn, 16)
