@@ -13,6 +13,10 @@
 -- it each thread walks the whole file from its own start. With WRK_COUNT=1 in the environment it also counts the
 -- response statuses and prints them at the end; that costs the client CPU,
 -- so timed runs leave it off and a short check run turns it on.
+--
+-- A fourth argument sets the path, a format with the voucher ID's %d:
+-- "/vouchers/%d/room" makes every request a waiting room's join
+-- (loadtest/room.sh). The default is "/seckill/%d".
 
 local tokens = {}
 local path = "/"
@@ -42,7 +46,7 @@ function init(args)
   if #tokens == 0 then
     error("no tokens in " .. file)
   end
-  path = "/seckill/" .. voucher
+  path = string.format(args[4] or "/seckill/%d", tonumber(voucher))
   local threads = tonumber(args[3])
   if threads then
     step = threads
