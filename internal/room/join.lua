@@ -49,7 +49,11 @@ if not stock then
 end
 local mine = redis.call('HGET', KEYS[1], ARGV[1])
 local untilMs = redis.call('ZSCORE', KEYS[5], ARGV[1])
-if mine and not (untilMs and tonumber(untilMs) <= now) then
+local ended = untilMs and tonumber(untilMs) <= now
+-- In line already: a place, or a hold on (which only a place is given:
+-- admit.lua admits who holds one, and nothing takes a place away), and no
+-- hold that ended.
+if not ended and (mine or untilMs) then
   return answer(1)
 end
 -- Units neither sold nor held: the room says sold out, and takes no one
@@ -59,8 +63,9 @@ local free = tonumber(stock) - held
 if free <= 0 then
   return {4}
 end
-if untilMs then
-  -- A hold that ended without an order: a new place, at the back.
+if ended then
+  -- A hold that ended without an order: a new place, at the back (the
+  -- ended hold was not counted in `held`, so `free` stands).
   redis.call('ZREM', KEYS[5], ARGV[1])
 end
 -- Into the draw while it is open: before begin_time, and before the first

@@ -283,6 +283,15 @@ func TestHoldsNeverExceedStock(t *testing.T) {
 	if _, err := r.store.Join(ctx, r.sale, order[0]); err != room.ErrSoldOut {
 		t.Errorf("an expired buyer joins while every unit is held: %v, want sold out", err)
 	}
+	// A unit comes back (an order cancelled): the expired buyer joins
+	// again, at the back, and the join answers the place a read gives.
+	if err := r.rdb.Incr(ctx, stock.KeysOf(r.sale.VoucherID).Stock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	joined, got, err := r.store.JoinPlace(ctx, r.sale, order[0])
+	if p := r.place(t, order[0]); err != nil || !joined || got.State != room.StateWaiting || !reflect.DeepEqual(got, p) {
+		t.Errorf("an expired buyer joins again: %t %v, answered %s, a read %s; want the same waiting place", joined, err, show(got), show(p))
+	}
 }
 
 // The buy button of a room's voucher (stock.TakeAdmitted, sync mode's

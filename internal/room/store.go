@@ -81,7 +81,10 @@ func (s *Store) Join(ctx context.Context, sale Sale, userID int64) (bool, error)
 func (s *Store) JoinPlace(ctx context.Context, sale Sale, userID int64) (bool, Place, error) {
 	v, err := joinScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, Key(sale.Seed, userID),
 		sale.OpensAt.UnixMilli(), sale.Begin.UnixMilli(), sale.End.UnixMilli()).Slice()
-	if err != nil || len(v) == 0 {
+	if err == nil && len(v) == 0 {
+		err = errors.New("an empty answer")
+	}
+	if err != nil {
 		return false, Place{}, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
 	}
 	code, _ := v[0].(int64)
