@@ -5,20 +5,24 @@
 //
 //	0 | 31 bits: seconds since 2022-01-01T00:00:00Z | 32 bits: sequence
 //
-// where the sequence comes from Redis INCR on a key per prefix and UTC day,
-// icr:{prefix}:{yyyy:MM:dd}. Redis INCR is atomic, so every instance that
-// shares one Redis gets distinct sequences; the timestamp in the high bits
-// makes IDs grow with time, and a new key each day keeps the counter far
-// from its 32-bit limit (4,294,967,295 IDs a day).
+// where the sequence is a Redis counter on a key per prefix and UTC day,
+// icr:{prefix}:{yyyy:MM:dd}: the course's 全局唯一ID. The course calls INCR
+// once per ID; here numbers are reserved a block at a time, by one INCRBY
+// in next_n.lua (NextN; a Pool reserves Block, 128, and hands them out
+// from memory: pool.go). INCRBY is atomic, so every instance that shares
+// one Redis gets distinct numbers; the timestamp in the high bits makes
+// IDs grow with time, and a new key each day keeps the counter far from
+// its 32-bit limit (4,294,967,295 IDs a day).
 //
 // Redis may lose the day's key: a restart without persistence, a flush.
-// INCR would then
-// start again at 1 and hand out, within the same second, IDs already given
-// to orders. So nothing here ever creates a sequence by INCR: a missing key
-// is seeded by Seed, above the highest sequence number that the caller's
-// Floor finds in use (the orders in MySQL and those waiting in Redis), and
-// only then counted on. A key that survives with a stale value (a failover
-// to a replica that missed the last INCRs) is not detected here.
+// A plain INCR or INCRBY would then start again from 0 and hand out, within
+// the same second, IDs already given to orders. So nothing here ever
+// creates a sequence by counting (next_n.lua refuses a missing key): a
+// missing key is seeded by Seed, above the highest sequence number that
+// the caller's Floor finds in use (the orders in MySQL and those waiting
+// in Redis), and only then counted on. A key that survives with a stale
+// value (a failover to a replica that missed the last INCRBYs) is not
+// detected here.
 package idworker
 
 import (
