@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -64,6 +65,28 @@ func TestConfigurationDocumented(t *testing.T) {
 	for _, k := range retiredVars {
 		if !strings.Contains(string(up), "`"+k+"`") {
 			t.Errorf("docs/upgrading.md does not name the retired %s, which the server refuses at start", k)
+		}
+	}
+	// And every name the configuration's source writes as a string, so
+	// that a variable read only in a branch the three settings above do
+	// not take (a cluster's, TLS's) is held to its row too.
+	files, err := filepath.Glob("config*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	literal := regexp.MustCompile(`"([A-Z][A-Z0-9_]{2,})"`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range literal.FindAllStringSubmatch(string(src), -1) {
+			if k := m[1]; !rows[k] && !slices.Contains(retiredVars, k) {
+				t.Errorf("%s names %s, which has no row in docs/configuration.md", f, k)
+			}
 		}
 	}
 	if len(read) < 50 {

@@ -15,8 +15,9 @@ import (
 // The wait after wrong guesses is written once, in wait.lua, and the
 // three scripts that count or gate on wrong guesses begin with it. These
 // pin its values on the real Redis, as the scripts compute them: none for
-// the free guesses, then firstDelay doubling up to the longest, none at
-// all during an attack's free-less minute past the first wrong guess's.
+// the free guesses, then firstDelay doubling up to the longest; during an
+// attack no guess is free, so the first wrong one already waits
+// firstDelay.
 func TestWaitFormula(t *testing.T) {
 	rdb := testenv.Redis(t, 0)
 	ctx := context.Background()

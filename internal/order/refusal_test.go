@@ -140,7 +140,27 @@ func TestPermanentRefusalIsInternal(t *testing.T) {
 // alone (writer.go), and only the refused one is answered 500. A row lock
 // held on the voucher makes the first order's batch wait, and the others
 // gather behind it, into one batch with the refused row.
+//
+// Whether the others gather into one batch is up to the scheduler (each
+// goes from Redis through its user's lock to the writer): a run where
+// they did not proves nothing about sharing a batch, and is run again, up
+// to three times.
 func TestPermanentRefusalSparesItsBatch(t *testing.T) {
+	for try := 1; ; try++ {
+		commits := refusedInABatch(t)
+		if t.Failed() || len(commits) == 8 {
+			return // user 1's batch, then each of the failed batch alone
+		}
+		if try == 3 {
+			t.Fatalf("transactions that committed, by orders: %v; in three runs the orders never gathered into one batch with the refused row", commits)
+		}
+		t.Logf("run %d: the orders did not gather into one batch (commits by orders: %v); again", try, commits)
+	}
+}
+
+// refusedInABatch runs one sale of TestPermanentRefusalSparesItsBatch and
+// returns the sizes of the transactions that committed.
+func refusedInABatch(t *testing.T) []int {
 	r := newRefusalRig(t, 20, "")
 	r.exec(t, "ALTER TABLE voucher_orders MODIFY user_id SMALLINT UNSIGNED NOT NULL")
 	const bad = 70000
@@ -176,9 +196,7 @@ func TestPermanentRefusalSparesItsBatch(t *testing.T) {
 	if redisLeft, mysqlLeft, orders := r.left(t); redisLeft != r.initial-good || mysqlLeft != r.initial-good || orders != good {
 		t.Fatalf("Redis %d, MySQL %d, %d orders; want %d, %d, %d", redisLeft, mysqlLeft, orders, r.initial-good, r.initial-good, good)
 	}
-	if got := r.obs.commits(); len(got) != int(good) {
-		t.Errorf("transactions that committed, by orders: %v; want %d of one (user 1's, then each of the failed batch alone)", got, good)
-	}
+	return r.obs.commits()
 }
 
 // Transient failures keep their answer: a lock wait timeout (1205) is
