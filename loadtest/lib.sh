@@ -13,6 +13,8 @@
 #   fresh_stores checks that Redis ($REDIS_ADDR) and MySQL answer, drops
 #               and creates database $DB, flushes Redis database
 #               $REDIS_DB (only that one), and defines rcli: redis-cli on it
+#   pair_line, pairs_summary print paired runs: one pair's two rates and
+#               their ratio, and a file of pairs' ratios and medians
 
 mkdir -p "$WORK"
 pids=()
@@ -70,4 +72,29 @@ fresh_stores() {
 	log "database $DB afresh, Redis db $REDIS_DB flushed"
 	timeout 30 mysql -uroot -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
 	rcli FLUSHDB >/dev/null
+}
+
+# pair_line NAME I A-LABEL "A-REQ/S A-CPU" B-LABEL "B-REQ/S B-CPU" prints one
+# pair of runs, each as requests a second and CPU µs a request, and the
+# ratio of B's rate to A's.
+pair_line() {
+	# shellcheck disable=SC2086 # the rates are two words each, on purpose
+	python3 -c 'import sys; n, i, al, ar, ac, bl, br, bc = sys.argv[1:]; ar, ac, br, bc = map(float, (ar, ac, br, bc)); print(f"{n:<16} pair {i}: {al} {ar:8.0f} req/s {ac:5.1f} cpu-us/req   {bl} {br:8.0f} req/s {bc:5.1f} cpu-us/req   ratio {br / ar:.3f}")' \
+		"$1" "$2" "$3" $4 "$5" $6
+}
+
+# pairs_summary NAME FILE A-LABEL B-LABEL prints the ratios B/A of a file of
+# pairs (lines "I A-REQ/S A-CPU B-REQ/S B-CPU") and their median.
+pairs_summary() {
+	python3 - "$@" <<-'EOF'
+		import statistics, sys
+		name, path, a, b = sys.argv[1:]
+		rows = [tuple(map(float, l.split()[1:])) for l in open(path) if l.strip()]
+		ratios = [br / ar for ar, _, br, _ in rows]
+		med = statistics.median
+		print(f"{name:<16} ratios: {' '.join(f'{r:.3f}' for r in ratios)}")
+		print(f"{name:<16} median ratio {b}/{a}: {med(ratios):.3f}"
+		      f"  (median req/s: {a} {med(r[0] for r in rows):.0f}, {b} {med(r[2] for r in rows):.0f};"
+		      f" median cpu-us/req: {a} {med(r[1] for r in rows):.1f}, {b} {med(r[3] for r in rows):.1f})")
+	EOF
 }

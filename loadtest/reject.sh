@@ -175,20 +175,9 @@ measure() { # path-name voucher-id
 		y=$(rps "http://$YARD_ADDR" "$id" "$yard_pid")
 		s=$(rps "http://$SERVER_ADDR" "$id" "$server_pid")
 		echo "$i $y $s" >>"$WORK/$name.pairs"
-		python3 -c 'import sys; n, i, yr, yc, sr, sc = sys.argv[1:]; yr, yc, sr, sc = map(float, (yr, yc, sr, sc)); print(f"{n:<16} pair {i}: yardstick {yr:8.0f} req/s {yc:5.1f} cpu-us/req   server {sr:8.0f} req/s {sc:5.1f} cpu-us/req   ratio {sr / yr:.3f}")' \
-			"$name" "$i" $y $s
+		pair_line "$name" "$i" yardstick "$y" server "$s"
 	done
-	python3 - "$name" "$WORK/$name.pairs" <<-'EOF'
-		import statistics, sys
-		name, path = sys.argv[1], sys.argv[2]
-		rows = [tuple(map(float, l.split()[1:])) for l in open(path) if l.strip()]
-		ratios = [sr / yr for yr, _, sr, _ in rows]
-		med = statistics.median
-		print(f"{name:<16} ratios: {' '.join(f'{r:.3f}' for r in ratios)}")
-		print(f"{name:<16} median ratio server/yardstick: {med(ratios):.3f}"
-		      f"  (median req/s: yardstick {med(r[0] for r in rows):.0f}, server {med(r[2] for r in rows):.0f};"
-		      f" median cpu-us/req: yardstick {med(r[1] for r in rows):.1f}, server {med(r[3] for r in rows):.1f})")
-	EOF
+	pairs_summary "$name" "$WORK/$name.pairs" yardstick server
 }
 
 profile() { # path-name voucher-id who pid base-url

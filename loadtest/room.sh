@@ -148,20 +148,9 @@ if [[ " $STEPS " == *" pairs "* ]]; then
 			fi
 			[[ $i == 0 ]] && continue
 			echo "$i $s $j" >>"$WORK/$kind.pairs"
-			python3 -c 'import sys; k, i, sr, sc, jr, jc = sys.argv[1:]; sr, sc, jr, jc = map(float, (sr, sc, jr, jc)); print(f"{k:<6} pair {i}: sold out {sr:8.0f} req/s {sc:5.1f} cpu-us/req   join {jr:8.0f} req/s {jc:5.1f} cpu-us/req   ratio {jr / sr:.3f}")' \
-				"$kind" "$i" $s $j
+			pair_line "$kind" "$i" "sold out" "$s" join "$j"
 		done
-		python3 - "$kind" "$WORK/$kind.pairs" <<-'EOF'
-			import statistics, sys
-			kind, path = sys.argv[1], sys.argv[2]
-			rows = [tuple(map(float, l.split()[1:])) for l in open(path) if l.strip()]
-			ratios = [jr / sr for sr, _, jr, _ in rows]
-			med = statistics.median
-			print(f"{kind:<6} ratios: {' '.join(f'{r:.3f}' for r in ratios)}")
-			print(f"{kind:<6} median ratio joins/sold-out: {med(ratios):.3f}"
-			      f"  (median req/s: sold out {med(r[0] for r in rows):.0f}, joins {med(r[2] for r in rows):.0f};"
-			      f" median server cpu-us/req: sold out {med(r[1] for r in rows):.1f}, join {med(r[3] for r in rows):.1f})")
-		EOF
+		pairs_summary "$kind" "$WORK/$kind.pairs" sold_out join
 		if [[ $PROFILE == 1 ]]; then
 			room_id=$(create "room bench: profile" 10000000 "$begin" \
 				"{$opens\"admit_per_second\":1,\"hold_for\":60}")
