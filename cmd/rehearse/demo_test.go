@@ -59,8 +59,12 @@ func TestAgainstTheDemo(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "demo")
 	var stdout bytes.Buffer
+	// With a room the crowd buys at the room's pace, and an admitted
+	// person presses when told: three seconds at 40 admitted a second
+	// sell the 20 units with room to spare on a loaded runner (at 20 a
+	// second within 1.5 s, one unit was once left held).
 	args := []string{"-base", base, "-out", out, "-room", "both", "-users", "80", "-bots", "4", "-stock", "20",
-		"-lead", "500ms", "-bot-lead", "300ms", "-duration", "1500ms", "-settle", "0", "-timeout", "20s", "-room-rate", "20", "-room-hold", "5s"}
+		"-lead", "500ms", "-bot-lead", "300ms", "-duration", "3s", "-settle", "0", "-timeout", "20s", "-room-rate", "40", "-room-hold", "5s"}
 	if err := run(t.Context(), args, &stdout, &stdout); err != nil {
 		t.Fatalf("%v\n%s", err, stdout.String())
 	}
