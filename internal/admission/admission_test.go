@@ -141,15 +141,7 @@ func apperrIsBusy(body string) bool {
 // a flooding address whose requests end is held to its smaller share.
 func TestCapShares(t *testing.T) {
 	cp := NewCap(8)
-	take := func(addr string, n int) int {
-		got := 0
-		for range n {
-			if cp.take(addr) {
-				got++
-			}
-		}
-		return got
-	}
+	take := func(addr string, n int) int { return takeN(cp, addr, n) }
 	if got := take("a", 8); got != 4 {
 		t.Fatalf("a lone address took %d of 8 slots, want 4 (half)", got)
 	}
@@ -231,4 +223,15 @@ func TestCapFloodLeavesOthersServed(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
+}
+
+// takeN tries n slots of cp for addr and returns how many it got.
+func takeN(cp *Cap, addr string, n int) int {
+	got := 0
+	for range n {
+		if cp.take(addr) {
+			got++
+		}
+	}
+	return got
 }

@@ -18,16 +18,7 @@ func TestConnsPerAddress(t *testing.T) {
 	cs := NewConns(2, 0, []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")})
 	capped := cs.Listener(ln)
 	defer capped.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := capped.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(capped)
 	dial := func(from string) net.Conn {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -100,4 +91,19 @@ func TestParsePrefixes(t *testing.T) {
 	if _, err := ParsePrefixes([]string{"not an address"}); err == nil {
 		t.Error("a malformed entry was accepted")
 	}
+}
+
+// acceptAll accepts ln's connections until it is closed, handing each on.
+func acceptAll(ln net.Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
 }

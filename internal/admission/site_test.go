@@ -77,15 +77,7 @@ func TestCapSharesBySite(t *testing.T) {
 // the site's /64s holding any. IPv4 addresses are sites of their own.
 func TestCapSharesWithinASite(t *testing.T) {
 	cp := NewCap(16)
-	take := func(addr string, n int) int {
-		got := 0
-		for range n {
-			if cp.take(addr) {
-				got++
-			}
-		}
-		return got
-	}
+	take := func(addr string, n int) int { return takeN(cp, addr, n) }
 	if got := take("198.51.100.1", 16); got != 8 {
 		t.Fatalf("a lone IPv4 address took %d of 16, want 8 (half)", got)
 	}
@@ -171,16 +163,7 @@ func TestConnsPerSite(t *testing.T) {
 	cs := NewConns(2, 3, []netip.Prefix{netip.MustParsePrefix("2001:db8:1:ff::/64")})
 	capped := cs.Listener(ln)
 	defer capped.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := capped.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(capped)
 	// connect reports whether a connection from addr was accepted (or
 	// refused: closed, and counted).
 	connect := func(addr string) (net.Conn, bool) {
