@@ -28,6 +28,7 @@ const (
 	AlreadyOrdered       Code = "already_ordered"
 	NotAdmitted          Code = "not_admitted"
 	InvalidState         Code = "invalid_state"
+	UpgradePending       Code = "upgrade_pending"
 	Busy                 Code = "busy"
 	Unavailable          Code = "unavailable"
 	Internal             Code = "internal"
@@ -46,6 +47,7 @@ var status = map[Code]int{
 	AlreadyOrdered:       http.StatusConflict,
 	NotAdmitted:          http.StatusConflict,
 	InvalidState:         http.StatusConflict,
+	UpgradePending:       http.StatusConflict,
 	Busy:                 http.StatusTooManyRequests,
 	Unavailable:          http.StatusServiceUnavailable,
 	Internal:             http.StatusInternalServerError,

@@ -1,0 +1,33 @@
+-- Announce an instance, forget the stale ones, and list who is alive, in
+-- one step on one slot (both keys carry the {fleet} hash tag).
+--
+-- KEYS[1] the instances hash: instance -> its announcement (JSON)
+-- KEYS[2] the seen set: instance -> when it last announced (ms, Redis' clock)
+-- ARGV[1] the instance to announce, or "" to only read
+-- ARGV[2] its announcement
+-- ARGV[3] how long an announcement stays fresh, in ms
+--
+-- Every time is Redis' own (TIME), never an instance's: instances on
+-- machines whose clocks disagree still agree on who is fresh.
+--
+-- Returns the time now, then for each live instance its name, when it
+-- was last seen and its announcement.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
+end
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[3])))
+for _, id in ipairs(stale) do
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[1], id)
+end
+local out = {now}
+local seen = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 1, #seen, 2 do
+  out[#out + 1] = seen[i]
+  out[#out + 1] = seen[i + 1]
+  out[#out + 1] = redis.call('HGET', KEYS[1], seen[i]) or ''
+end
+return out
