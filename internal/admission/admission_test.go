@@ -160,7 +160,7 @@ func TestCapShares(t *testing.T) {
 	// a's requests end; a asks again: four addresses hold slots, so a's
 	// share is 8/2/4 = 1.
 	for range 4 {
-		cp.give("a")
+		cp.give(sharesOf("a"))
 	}
 	if got := take("a", 4); got != 1 {
 		t.Fatalf("the flooding address, its requests ended, took %d again, want 1", got)
@@ -173,11 +173,11 @@ func TestCapShares(t *testing.T) {
 	}
 	for a, n := range map[string]int{"a": 1, "b": 2, "c": 1, "d": 1, "e": 1} {
 		for range n {
-			cp.give(a)
+			cp.give(sharesOf(a))
 		}
 	}
-	if len(cp.held) != 0 || cp.total != 0 {
-		t.Fatalf("after every slot is given back: %d held by %v", cp.total, cp.held)
+	if len(cp.sites)+len(cp.addrs)+len(cp.width) != 0 || cp.total != 0 {
+		t.Fatalf("after every slot is given back: %d held by %v %v %v", cp.total, cp.sites, cp.addrs, cp.width)
 	}
 }
 
@@ -229,7 +229,7 @@ func TestCapFloodLeavesOthersServed(t *testing.T) {
 func takeN(cp *Cap, addr string, n int) int {
 	got := 0
 	for range n {
-		if cp.take(addr) {
+		if cp.take(sharesOf(addr)) {
 			got++
 		}
 	}

@@ -89,7 +89,7 @@ func (cs *Conns) admit(addr net.Addr) (key, site string, ok bool) {
 			return "", "", true
 		}
 	}
-	key, site = web.AddrKey(ip.String()), siteOf(ip)
+	key, site = web.AddrKeyOf(ip), siteOf(ip)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.perAddr > 0 && cs.open[key] >= cs.perAddr {
@@ -124,14 +124,18 @@ func siteOf(ip netip.Addr) string {
 // site and an address of its own.
 func sharesOf(addr string) (site, key string) {
 	ip, err := netip.ParseAddr(addr)
-	if err != nil {
+	switch {
+	case err != nil:
 		return addr, addr
+	case ip.Is4():
+		return addr, addr // as parsed: ParseAddr takes only the canonical form of IPv4
 	}
 	ip = ip.Unmap().WithZone("")
 	if ip.Is6() {
-		return siteOf(ip), web.AddrKey(ip.String())
+		return siteOf(ip), web.AddrKeyOf(ip)
 	}
-	return ip.String(), ip.String()
+	s := ip.String()
+	return s, s
 }
 
 // CloseWrite half-closes the connection when it can: net/http does so

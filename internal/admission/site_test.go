@@ -67,8 +67,8 @@ func TestCapSharesBySite(t *testing.T) {
 	}
 	end()
 	wg.Wait()
-	if len(cp.held) != 0 || cp.total != 0 {
-		t.Fatalf("after every slot is given back: %d held by %v", cp.total, cp.held)
+	if len(cp.sites)+len(cp.addrs)+len(cp.width) != 0 || cp.total != 0 {
+		t.Fatalf("after every slot is given back: %d held by %v %v %v", cp.total, cp.sites, cp.addrs, cp.width)
 	}
 }
 
@@ -106,11 +106,11 @@ func TestCapSharesWithinASite(t *testing.T) {
 	}
 	for addr, n := range map[string]int{"198.51.100.1": 8, a: 2, b: 2, "198.51.100.2": 1} {
 		for range n {
-			cp.give(addr)
+			cp.give(sharesOf(addr))
 		}
 	}
-	if len(cp.held) != 0 || cp.total != 0 {
-		t.Fatalf("after every slot is given back: %d held by %v", cp.total, cp.held)
+	if len(cp.sites)+len(cp.addrs)+len(cp.width) != 0 || cp.total != 0 {
+		t.Fatalf("after every slot is given back: %d held by %v %v %v", cp.total, cp.sites, cp.addrs, cp.width)
 	}
 }
 

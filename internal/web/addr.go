@@ -13,6 +13,11 @@ func AddrKey(addr string) string {
 	if err != nil {
 		return "unknown"
 	}
+	return AddrKeyOf(a)
+}
+
+// AddrKeyOf is AddrKey of an address already parsed.
+func AddrKeyOf(a netip.Addr) string {
 	a = a.Unmap().WithZone("")
 	if a.Is6() {
 		p, _ := a.Prefix(64)
