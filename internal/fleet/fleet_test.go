@@ -19,7 +19,7 @@ import (
 // redisDB is this package's own logical database, flushed by each test:
 // the fleet's keys are fixed, and an older instance announced in a
 // database other tests share would refuse their rooms.
-const redisDB = 8
+const redisDB = 5
 
 func freshRedis(t *testing.T) *redis.Client {
 	t.Helper()
