@@ -64,7 +64,14 @@ func (s *Service) expireBatch(ctx context.Context) (int, error) {
 	// READ COMMITTED: the locking read locks the due rows it returns and
 	// no gap around them, so that the sale's INSERTs of new unpaid orders
 	// (further along the same index) never wait for a batch.
-	outcome, err := transactWith(ctx, s.db, readCommitted(s.db), func(tx *gorm.DB) error {
+	//
+	// On Galera the locks are each node's own: expirers on two nodes read
+	// the same due rows, and the second to commit loses a conflict (as
+	// does a batch that meets a cancel, a payment or an order of the
+	// voucher from another node). The batch is then run again whole, and
+	// reads what is still due.
+	outcome, err := transactRetried(ctx, s.db, s.obs, readCommitted(s.db), func(tx *gorm.DB) error {
+		due = nil // a conflict's retry reads the batch again
 		// status = 'unpaid' alone, not the guard's IN (... 'created'):
 		// with one status the index hands the rows over in pay_by order
 		// and the read stops at the batch's end; with two, MySQL sorts

@@ -61,7 +61,10 @@ func (s *Service) Cancel(ctx context.Context, id, callerID int64) (View, error) 
 	}
 	now := s.stamp()
 	var done bool
-	outcome, err := transact(ctx, s.db, func(tx *gorm.DB) (err error) {
+	// A conflict (on Galera, another node's cancel, payment or expirer
+	// wrote the order's or the voucher's row first) is run again whole:
+	// the guard then finds the order as the winner left it.
+	outcome, err := transactRetried(ctx, s.db, s.obs, nil, func(tx *gorm.DB) (err error) {
 		done, err = cancel(tx, o, CancelByBuyer, now)
 		return err
 	})
@@ -104,7 +107,7 @@ func (s *Service) Refund(ctx context.Context, id, callerID int64, admin bool) (V
 	done := false
 	if o.Status == StatusPaid {
 		now := s.stamp()
-		outcome, err := transact(ctx, s.db, func(tx *gorm.DB) (err error) {
+		outcome, err := transactRetried(ctx, s.db, s.obs, nil, func(tx *gorm.DB) (err error) {
 			done, err = refund(tx, o, now)
 			return err
 		})

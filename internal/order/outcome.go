@@ -201,6 +201,16 @@ func retryConflicts(ctx context.Context, obs Observer, write func() (Outcome, er
 	}
 }
 
+// transactRetried is transactWith run again, whole, while it loses
+// conflicts (retryConflicts): what an order's later life writes (a
+// cancel, a refund, the expirer's batch), as the buying path's writes
+// are. Only a conflict is retried, which MySQL rolled back whole; a
+// COMMIT whose answer was lost (Unknown) is returned as it is, for the
+// caller to look up.
+func transactRetried(ctx context.Context, db *gorm.DB, obs Observer, opts *sql.TxOptions, fn func(tx *gorm.DB) error) (Outcome, error) {
+	return retryConflicts(ctx, obs, func() (Outcome, error) { return transactWith(ctx, db, opts, fn) })
+}
+
 // resolve finds out whether o was committed, after a COMMIT whose answer
 // was lost. The order's transaction inserted its row first, and that row
 // holds a lock on the unique (user_id, voucher_id) entry until the
