@@ -24,10 +24,12 @@ type Keys struct {
 	// has not ended, and Confirm ends the hold. Always empty without a
 	// room, and for a voucher split into buckets (a room needs one).
 	Admitted string
-	// Dropped: user -> order ID, a claimed buyer's order that async mode
-	// dead-lettered while the request that queued it had not yet closed
-	// its claim (DropBuyer), so that the close forgets the buyer instead
-	// of remembering them (KeepClaim). Always empty in sync mode.
+	// Dropped: user -> order ID, a buyer's order whose unit came from
+	// another bucket and that async mode dead-lettered (DropBuyer), so
+	// that a close of its claim, still to come, forgets the buyer instead
+	// of remembering them (KeepClaim); and order@entry -> a note, that
+	// stream entry's buyer forgotten, so that the entry is never written
+	// after all (DropNotes). Always empty in sync mode.
 	Dropped string
 }
 

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -262,15 +263,60 @@ return 0`)
 
 // DropBuyer forgets user as a buyer in their home bucket of voucherID (of
 // n buckets) once their order orderID, whose unit came from another
-// bucket, was dead-lettered; if the request that queued it has not yet
-// closed its claim, it leaves a mark that makes KeepClaim forget them
-// instead. Made twice for one order, it changes nothing the second time.
-// A package function, not a method: the queue's consumers, which call it,
-// hold a client and no Store.
-func DropBuyer(ctx context.Context, rdb redis.UniversalClient, voucherID int64, n int, userID, orderID int64) error {
+// bucket and which waits in its stream as entry, is to be dead-lettered;
+// if the request that queued it has not yet closed its claim, it leaves a
+// mark that makes KeepClaim forget them instead. It also keeps note, for
+// the entry: once its buyer is forgotten (they may buy again), the entry
+// must never be written, and a consumer that finds it still pending (the
+// dead letter's next step failed) finishes its dead letter with the note
+// (DropNotes) instead. Made twice for one entry, it changes nothing the
+// second time. A package function, not a method: the queue's consumers,
+// which call it, hold a client and no Store.
+func DropBuyer(ctx context.Context, rdb redis.UniversalClient, voucherID int64, n int, userID, orderID int64, entry, note string) error {
 	home := BucketKeys(voucherID, n, Home(userID, n))
-	if err := dropBuyerScript.Run(ctx, rdb, []string{home.Claims, home.Buyers, home.Dropped}, userID, orderID).Err(); err != nil {
+	if err := dropBuyerScript.Run(ctx, rdb, []string{home.Claims, home.Buyers, home.Dropped}, userID, orderID, dropField(orderID, entry), note).Err(); err != nil {
 		return fmt.Errorf("forget buyer %d of voucher %d: %w", userID, voucherID, err)
 	}
 	return nil
+}
+
+// A DropOf names a stream entry of an order whose buyer DropBuyer may have
+// forgotten: its voucher (of Buckets), its user and order, and its ID in
+// its stream.
+type DropOf struct {
+	Voucher     int64
+	Buckets     int
+	User, Order int64
+	Entry       string
+}
+
+// DropNotes returns, for each of drops, the note DropBuyer kept for it,
+// or "" where it never ran for that entry: one round trip (a pipeline;
+// the entries' homes may lie in several slots).
+func DropNotes(ctx context.Context, rdb redis.UniversalClient, drops []DropOf) ([]string, error) {
+	pipe := rdb.Pipeline()
+	gets := make([]*redis.StringCmd, len(drops))
+	for i, d := range drops {
+		home := BucketKeys(d.Voucher, d.Buckets, Home(d.User, d.Buckets))
+		gets[i] = pipe.HGet(ctx, home.Dropped, dropField(d.Order, d.Entry))
+	}
+	pipe.Exec(ctx) // every command's error is read below: a missing field's redis.Nil must not hide a failed one
+	notes := make([]string, len(drops))
+	for i, get := range gets {
+		switch v, err := get.Result(); {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("read dead letter marks of voucher %d: %w", drops[i].Voucher, err)
+		default:
+			notes[i] = v
+		}
+	}
+	return notes, nil
+}
+
+// dropField names the mark DropBuyer keeps of a stream entry in its
+// buyer's home bucket's Dropped hash: "order@entry". A user's own mark
+// there is a bare user ID, so the two never meet.
+func dropField(orderID int64, entry string) string {
+	return strconv.FormatInt(orderID, 10) + "@" + entry
 }

@@ -716,7 +716,7 @@ func TestStaleRequestLeavesANewerClaimAlone(t *testing.T) {
 // and closes the expired claim keeping the buyer; a consumer may
 // dead-letter that order between the two. Forgetting the buyer at home
 // (DropBuyer) then finds the claim open and leaves a mark, and the
-// sweeper's close must honour it. And DropBuyer made twice for one order
+// sweeper's close must honour it. And DropBuyer made twice for one entry
 // (a retry after its answer was lost) forgets once.
 //
 // It fails if Settle remembers a claimed buyer whatever the mark says, or
@@ -732,7 +732,7 @@ func TestSweeperAfterADeadLetterForgetsTheBuyer(t *testing.T) {
 	}
 	rdb.ZAdd(ctx, s.keys(0).Claims, redis.Z{Score: 1, Member: u}) // expired
 	// The dead letter of order 950, while the claim is still open.
-	if err := stock.DropBuyer(ctx, rdb, splitVoucher, splitParts, u, 950); err != nil {
+	if err := stock.DropBuyer(ctx, rdb, splitVoucher, splitParts, u, 950, "1700000000000-0", "back refused"); err != nil {
 		t.Fatal(err)
 	}
 	if !s.buyer(0, u) {
@@ -752,7 +752,7 @@ func TestSweeperAfterADeadLetterForgetsTheBuyer(t *testing.T) {
 	if res, err := q.Accept(ctx, &again); err != nil || res != Queued {
 		t.Fatalf("buy again = %d, %v", res, err)
 	}
-	if err := stock.DropBuyer(ctx, rdb, splitVoucher, splitParts, u, 950); err != nil {
+	if err := stock.DropBuyer(ctx, rdb, splitVoucher, splitParts, u, 950, "1700000000000-0", "back refused"); err != nil {
 		t.Fatal(err)
 	}
 	if !s.buyer(0, u) {

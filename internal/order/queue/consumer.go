@@ -228,7 +228,7 @@ func (p *Consumer) recover(ctx, drain context.Context) {
 	}
 	own, err := p.ownPending(drain)
 	if err == nil && len(own) > 0 {
-		err = p.handle(drain, own)
+		err = p.handle(drain, own, true)
 	} else if err == nil {
 		pctx, cancel := context.WithTimeout(drain, p.cfg.ClaimIdle/2)
 		err = p.w.Probe(pctx)

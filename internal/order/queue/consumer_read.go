@@ -82,7 +82,7 @@ func (p *Consumer) readNew(ctx context.Context, block time.Duration) (int, error
 	n := 0
 	for _, s := range streams {
 		n += len(s.Messages)
-		if err := p.handle(ctx, s.Messages); err != nil {
+		if err := p.handle(ctx, s.Messages, false); err != nil {
 			p.fell(err)
 		}
 	}
@@ -102,7 +102,7 @@ func (p *Consumer) catchUp(ctx context.Context) {
 			return
 		}
 		msgs := streams[0].Messages
-		if err := p.handle(ctx, msgs); err != nil {
+		if err := p.handle(ctx, msgs, true); err != nil {
 			p.fell(err)
 			return // the rest wait: rereading them would keep them from being claimed
 		}
@@ -128,7 +128,7 @@ func (p *Consumer) claim(ctx context.Context) {
 	p.claimCursor = next
 	if len(msgs) > 0 {
 		p.log.Info("claimed entries of an idle consumer", "count", len(msgs))
-		if err := p.handle(ctx, msgs); err != nil {
+		if err := p.handle(ctx, msgs, true); err != nil {
 			p.fell(err)
 		}
 	}

@@ -25,7 +25,9 @@ var (
 // already written, or sent to the dead letters. An entry that could not be
 // written for a reason that is not its own stays pending, and handle
 // returns that reason: the caller's consumer is sick (see Consumer).
-func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
+// again says the entries were delivered before (not read as new): a dead
+// letter of theirs may have been begun, and is then finished instead.
+func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage, again bool) error {
 	// A batch once read is finished even if shutdown begins meanwhile (ctx
 	// is the drain's, which ends only when SHUTDOWN_GRACE runs out), and
 	// it must end well before another consumer may claim its entries.
@@ -42,6 +44,13 @@ func (p *Consumer) handle(ctx context.Context, msgs []redis.XMessage) error {
 		}
 		msgsOK = append(msgsOK, m)
 		entries = append(entries, e)
+	}
+	if again && len(entries) > 0 {
+		var err error
+		if msgsOK, entries, err = p.finishDeadLetters(ctx, msgsOK, entries); err != nil {
+			p.log.Warn("read the marks of dead letters begun; the batch stays pending and is read again", "err", err)
+			return nil
+		}
 	}
 	if len(entries) == 0 {
 		return nil

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -284,13 +285,19 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	if user != "" && !keepBuyer && e.Bucket != e.home() {
 		// The unit came from another bucket than the buyer's home: the
 		// script below settles the unit, and the buyer, remembered at
-		// home (in another slot), is forgotten here, first: should the
-		// script then fail, the entry stays pending and both are tried
-		// again, this step once per order (stock.DropBuyer), and the
+		// home (in another slot), is forgotten here, first, so that the
 		// buyer is not left remembered by a script that ran but whose
 		// answer was lost (the entry, acknowledged by it, would never
-		// come back).
-		if err := stock.DropBuyer(ctx, p.rdb, e.VoucherID, e.Buckets, e.UserID, e.OrderID); err != nil {
+		// come back). Forgetting them is the point of no return: they
+		// may buy again at once, so the entry must never be written
+		// after all (MySQL, asked again, might take it, and the new
+		// order would be refused as a second one). Should the script
+		// fail, the entry stays pending, and whoever reads it again
+		// finds the note kept with the forgetting and finishes this dead
+		// letter as decided here (finishDeadLetters); the forgetting is
+		// once per entry.
+		note := unit + " " + cause.Error()
+		if err := stock.DropBuyer(ctx, p.rdb, e.VoucherID, e.Buckets, e.UserID, e.OrderID, m.ID, note); err != nil {
 			p.log.Warn("forget the buyer of a dead letter in their home bucket; the entry stays pending and is tried again", "id", m.ID, "err", err)
 			return
 		}
@@ -303,6 +310,54 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 	if n == 1 {
 		p.log.Error("entry sent to the dead letters", "id", m.ID, "values", m.Values, "err", cause)
 	}
+}
+
+// finishDeadLetters takes out of a batch read again (not new: an entry
+// delivered before) the entries whose dead letter was begun, their buyer
+// forgotten at home, and finishes each as it was decided then (see
+// deadLetter), without asking MySQL again; it returns the rest. Only an
+// order whose unit came from another bucket than its buyer's home is
+// dead-lettered in two steps, so only those are looked up. If the marks
+// cannot be read, none of the batch is written now: it stays pending and
+// is read again.
+func (p *Consumer) finishDeadLetters(ctx context.Context, msgs []redis.XMessage, entries []Entry) ([]redis.XMessage, []Entry, error) {
+	var away []stock.DropOf
+	var at []int
+	for i, e := range entries {
+		if e.Bucket != e.home() {
+			away = append(away, stock.DropOf{Voucher: e.VoucherID, Buckets: e.Buckets, User: e.UserID, Order: e.OrderID, Entry: msgs[i].ID})
+			at = append(at, i)
+		}
+	}
+	if len(away) == 0 {
+		return msgs, entries, nil
+	}
+	notes, err := stock.DropNotes(ctx, p.rdb, away)
+	if err != nil {
+		return nil, nil, err
+	}
+	begun := map[int]bool{}
+	for j, note := range notes {
+		if note == "" {
+			continue
+		}
+		i := at[j]
+		begun[i] = true
+		unit, cause, _ := strings.Cut(note, " ")
+		p.log.Info("finishing a dead letter begun before; the entry is not written", "id", msgs[i].ID)
+		p.deadLetter(ctx, msgs[i], errors.New(cause), unit == "drop", false)
+	}
+	if len(begun) == 0 {
+		return msgs, entries, nil
+	}
+	var restMsgs []redis.XMessage
+	var rest []Entry
+	for i := range entries {
+		if !begun[i] {
+			restMsgs, rest = append(restMsgs, msgs[i]), append(rest, entries[i])
+		}
+	}
+	return restMsgs, rest, nil
 }
 
 // deadLetterAge is how long a dead letter is kept: long enough for an
