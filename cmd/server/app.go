@@ -10,6 +10,7 @@ import (
 
 	"seckill/internal/admission"
 	"seckill/internal/auth"
+	"seckill/internal/fleet"
 	"seckill/internal/idworker"
 	"seckill/internal/live"
 	"seckill/internal/lock"
@@ -43,6 +44,7 @@ type app struct {
 	stopLive  func()           // ends the /live event streams, at shutdown
 	slots     *admission.Cap   // MAX_IN_FLIGHT, shared among client addresses
 	conns     *admission.Conns // MAX_CONNS_PER_ADDR and MAX_CONNS_PER_IPV6_48, on the listener
+	fleet     *fleet.Fleet     // this instance's announcement, and the others' (package fleet)
 }
 
 // newApp builds the features on the stores, then the router.
@@ -86,6 +88,12 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 	}
 	a.metrics.WatchDB(sqlDB)
 	a.metrics.WatchRedis(st.rdb)
+	// Every instance says in Redis which version it runs, named as its
+	// consumer is (CONSUMER_NAME, host:port by default), so that a
+	// feature an older one cannot serve is refused while it runs.
+	a.fleet = fleet.New(st.rdb, fleet.Self(cfg.Consumer, cfg.Mode, now()), fleet.Fresh, log)
+	a.vouchers.SetFleet(a.fleet, cfg.Mode == "async")
+	a.metrics.WatchInstances(a.fleet.Known)
 	ocfg := order.DefaultConfig
 	ocfg.WriteTimeout = cfg.WriteTimeout()
 	ocfg.Async = cfg.Mode == "async"

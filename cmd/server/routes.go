@@ -13,6 +13,7 @@ import (
 	"seckill/internal/admission"
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
+	"seckill/internal/fleet"
 	"seckill/internal/live"
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
@@ -95,15 +96,20 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// says besides how loaded the instance is: "saturated" when its cap
 	// refused a request in the last second. It stays 200 then: in a flash
 	// sale every instance is saturated at once, and a balancer that took
-	// them all out of rotation would answer nobody.
+	// them all out of rotation would answer nobody. It shows too which
+	// version this instance runs, and the versions of every instance
+	// alive as this one last saw them (package fleet): during a rolling
+	// upgrade, how far it has got.
 	r.GET("/readyz", func(c *gin.Context) {
 		if err := st.ping(c.Request.Context()); err != nil {
 			web.Error(c, log, apperr.Down(err))
 			return
 		}
 		inFlight, capacity, saturated := a.slots.Load()
+		self := a.fleet.Self()
 		c.JSON(http.StatusOK, gin.H{"status": "ok", "saturated": saturated,
-			"in_flight": inFlight, "max_in_flight": capacity, "refused_connections": a.conns.Refused()})
+			"in_flight": inFlight, "max_in_flight": capacity, "refused_connections": a.conns.Refused(),
+			"version": self.Revision, "level": self.Level, "instances": readyInstances(a.fleet.Known())})
 	})
 	r.GET("/openapi.yaml", api.Serve)
 
@@ -177,4 +183,13 @@ func (a *app) metricsRoutes(cfg config) *http.ServeMux {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// readyInstances is the instances alive as /readyz lists them; an empty
+// list, not null, before the first announcement.
+func readyInstances(live []fleet.Instance) []fleet.Instance {
+	if live == nil {
+		return []fleet.Instance{}
+	}
+	return live
 }

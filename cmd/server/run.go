@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"seckill/internal/fleet"
 	"seckill/internal/order/queue"
 	"seckill/internal/room"
 )
@@ -50,6 +51,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// IPv6 /48 more than MAX_CONNS_PER_IPV6_48.
 	ln = app.conns.Listener(ln)
 	warnDev(cfg, log)
+	// Announced before the first request: from now on an older instance
+	// alive is seen by this one, and this one by the others. A failure
+	// is tried again every few seconds (fleet.Run).
+	if err := app.fleet.Announce(ctx); err != nil {
+		log.Warn("announce this instance", "err", err)
+	}
 	if cfg.embedded() {
 		app.seedDemo(ctx, log)
 	}
@@ -75,7 +82,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// wait for them to its deadline. They end when it begins.
 	srv.RegisterOnShutdown(app.stopLive)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded())
+	log.Info("listening", "addr", ln.Addr().String(), "mode", cfg.Mode, "lock", cfg.LockBackend, "embedded", cfg.embedded(),
+		"instance", app.fleet.Self().Name, "version", app.fleet.Self().Revision, "level", app.fleet.Self().Level)
 	// With METRICS_ADDR, /metrics has a server of its own, without
 	// authentication: a Prometheus server scrapes it from a private
 	// network, and it holds no token. Without, it is on the main port,
@@ -112,6 +120,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	bg.Go(func() { app.orders.RunExpirer(bgCtx, cfg.SweepEvery) })
 	bg.Go(func() { app.admitter.Run(bgCtx, room.AdmitEvery) })
 	bg.Go(func() { app.live.Run(bgCtx) })
+	bg.Go(func() { app.fleet.Run(bgCtx, fleet.Every) })
 	if app.consumers != nil {
 		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })
 	} else {
@@ -130,6 +139,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		defer stop()
 		bg.Wait()
 		app.orders.Close() // a seed or reload still running, before the clients close
+		// Last, once its consumer has drained: the others stop counting
+		// this instance at once, not after fleet.Fresh.
+		leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(deadline), 2*time.Second)
+		defer cancel()
+		if err := app.fleet.Leave(leaveCtx); err != nil {
+			log.Warn("leave the fleet", "err", err)
+		}
 	}
 
 	select {

@@ -231,6 +231,9 @@ func (f *Fleet) run(ctx context.Context, name, body string) ([]Instance, error) 
 			in = Instance{Name: id, Revision: "unknown"}
 		}
 		in.Name = id
+		if in.Reads == nil {
+			in.Reads = []string{}
+		}
 		var ms int64
 		fmt.Sscan(seenMs, &ms)
 		in.Seen = time.UnixMilli(ms).UTC()

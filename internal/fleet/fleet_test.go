@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/apperr"
@@ -219,5 +220,26 @@ func TestKeysShareASlot(t *testing.T) {
 	}
 	if a, b := tag(instancesKey), tag(seenKey); a != b || stock.Slot(a) != stock.Slot(b) {
 		t.Errorf("%s hashes %q, %s %q", instancesKey, a, seenKey, b)
+	}
+}
+
+// The embedded demo's in-process Redis (miniredis) runs the scripts too.
+func TestOnEmbeddedRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	f := New(rdb, Self("demo:8080", "sync", time.Now()), Fresh, quiet)
+	if err := f.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if live, err := f.Live(ctx); err != nil || names(live) != "demo:8080" {
+		t.Fatalf("live %q (%v), want demo:8080", names(live), err)
+	}
+	if err := f.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if live, err := f.Live(ctx); err != nil || len(live) != 0 {
+		t.Fatalf("live %q (%v) after leaving, want none", names(live), err)
 	}
 }

@@ -3,11 +3,13 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/fleet"
 	"seckill/internal/order/queue"
 )
 
@@ -103,4 +105,32 @@ func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(queueLag, st.Lag)
 	gauge(queuePending, st.Pending)
 	gauge(queueDead, st.DeadLetters)
+}
+
+// instancesCollector reports the instances of the server alive, by
+// version and feature level, as the last announcement of this one found
+// them (package fleet).
+type instancesCollector struct {
+	known func() []fleet.Instance
+}
+
+var instancesDesc = prometheus.NewDesc("seckill_instances",
+	"Instances of the server alive (announcing in Redis), by build revision (version) and feature level, as this instance last saw them (every 5s). "+
+		"More than one series during a rolling upgrade; an instance of a version before announcing is not counted.",
+	[]string{"version", "level"}, nil)
+
+func (instancesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- instancesDesc }
+
+func (c instancesCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct {
+		version string
+		level   fleet.Level
+	}
+	counts := map[key]int{}
+	for _, in := range c.known() {
+		counts[key{in.Revision, in.Level}]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(instancesDesc, prometheus.GaugeValue, float64(n), k.version, strconv.Itoa(int(k.level)))
+	}
 }

@@ -14,8 +14,9 @@
 //     implements);
 //   - how many entries each batch of async mode's consumer wrote
 //     (ConsumerBatch, the consumer's Config.OnBatch);
-//   - read when scraped: the orders stream's backlog, and the Redis and
-//     MySQL connection pools.
+//   - read when scraped: the orders stream's backlog, the Redis and
+//     MySQL connection pools, and the versions of the instances alive
+//     (package fleet).
 //
 // Packages order and queue never import Prometheus: they report to a small
 // interface (order.Observer) or a function (queue.Config.OnBatch) of their
@@ -43,6 +44,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/apperr"
+	"seckill/internal/fleet"
 	"seckill/internal/order/queue"
 	"seckill/internal/web"
 )
@@ -324,4 +326,11 @@ func (m *Metrics) WatchRedis(rdb redis.UniversalClient) {
 // scraped by stats (queue.Queue.Stats, the figures of GET /admin/queue).
 func (m *Metrics) WatchQueue(stats func(context.Context) (queue.Stats, error)) {
 	m.reg.MustRegister(queueCollector{stats})
+}
+
+// WatchInstances adds the instances of the server alive, by version and
+// level (seckill_instances), read when scraped from known
+// (fleet.Fleet.Known, which asks Redis nothing).
+func (m *Metrics) WatchInstances(known func() []fleet.Instance) {
+	m.reg.MustRegister(instancesCollector{known})
 }

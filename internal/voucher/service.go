@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/apperr"
+	"seckill/internal/fleet"
 	"seckill/internal/lock"
 	"seckill/internal/room"
 	"seckill/internal/stock"
@@ -68,6 +69,38 @@ type Service struct {
 	cache  *cache
 	now    func() time.Time
 	log    *slog.Logger
+	// fleet, if set (SetFleet), is asked before a voucher whose feature
+	// an older instance cannot serve is made; async: this server queues
+	// orders in async mode.
+	fleet Fleet
+	async bool
+}
+
+// Fleet tells whether every instance alive can serve a feature (package
+// fleet): an error, *fleet.Blocked, names one that cannot.
+type Fleet interface {
+	Require(ctx context.Context, need fleet.Need) error
+}
+
+// SetFleet makes Create refuse, while an older instance that cannot
+// serve it is alive, a voucher with a waiting room, and in async mode
+// (async) a voucher split into buckets (fleet.Room, fleet.SplitInAsync).
+// Call it before serving. Without it nobody is asked: the tests of other
+// packages, which run one version.
+func (s *Service) SetFleet(f Fleet, async bool) {
+	s.fleet, s.async = f, async
+}
+
+// needs are the features of v that not every version serves.
+func (s *Service) needs(v *Voucher) []fleet.Need {
+	var needs []fleet.Need
+	if v.Room() != nil {
+		needs = append(needs, fleet.Room)
+	}
+	if s.async && v.Buckets > 1 {
+		needs = append(needs, fleet.SplitInAsync)
+	}
+	return needs
 }
 
 // NewService returns a Service. rooms keeps the waiting rooms' lines; nil
@@ -144,6 +177,18 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 	}
 	if v.Room() != nil && s.rooms == nil {
 		return View{}, apperr.Invalid("this server keeps no waiting rooms")
+	}
+	// Before the idempotency key is spent: the admin retries the same
+	// request once the upgrade is over.
+	if s.fleet != nil {
+		for _, need := range s.needs(v) {
+			if err := s.fleet.Require(ctx, need); err != nil {
+				if errors.Is(err, fleet.ErrUpgradePending) {
+					return View{}, err
+				}
+				return View{}, apperr.Down(err)
+			}
+		}
 	}
 	if idemKey != "" && s.guard != nil {
 		err := s.guard.Once(ctx, fmt.Sprintf("idem:voucher:%d:%s", adminID, idemKey), idempotencyWindow)
