@@ -2,9 +2,13 @@ package room_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/stock"
 )
@@ -15,6 +19,12 @@ import (
 // more (BENCHMARKS.md, "The waiting room"):
 //
 //	go test -run '^$' -bench 'Join|SoldOut' -benchtime 3s ./internal/room/
+//
+// Each reports redis-µs/op, the Redis server's CPU (user and system, its
+// main thread: INFO cpu) per operation, which counts what a call costs
+// beyond running its commands (reading it off the socket, writing the
+// reply). Point SECKILL_TEST_REDIS_ADDR at a Redis no one else uses for
+// it to mean anything.
 func BenchmarkJoin(b *testing.B) { benchJoins(b, time.Hour) } // before begin_time: drawn joins
 
 // parallel is the goroutines per core each benchmark keeps asking at
@@ -31,6 +41,7 @@ func benchJoins(b *testing.B, begin time.Duration) {
 	r := newRig(b, 1_000_000, 1000, begin, time.Minute)
 	var user atomic.Int64
 	b.SetParallelism(parallel)
+	defer redisCPU(b, r.rdb)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := r.store.Join(context.Background(), r.sale, user.Add(1)); err != nil {
@@ -47,6 +58,7 @@ func BenchmarkSoldOut(b *testing.B) {
 	stocks := stock.NewStore(r.rdb, 15*time.Second)
 	var user atomic.Int64
 	b.SetParallelism(parallel)
+	defer redisCPU(b, r.rdb)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, res, err := stocks.Take(context.Background(), r.sale.VoucherID, 1, user.Add(1)); err != nil || res != stock.SoldOut {
@@ -68,6 +80,7 @@ func BenchmarkPlace(b *testing.B) {
 	}
 	var user atomic.Int64
 	b.SetParallelism(parallel)
+	defer redisCPU(b, r.rdb)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := r.store.Place(context.Background(), r.sale, user.Add(1)%1000+1); err != nil {
@@ -76,4 +89,34 @@ func BenchmarkPlace(b *testing.B) {
 			}
 		}
 	})
+}
+
+// redisCPU starts counting the Redis server's CPU; the function it returns
+// reports it per operation.
+func redisCPU(b *testing.B, rdb *redis.Client) func() {
+	b.Helper()
+	read := func() float64 {
+		info, err := rdb.Info(context.Background(), "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sum float64
+		for _, line := range strings.Split(info, "\r\n") {
+			name, v, _ := strings.Cut(line, ":")
+			if name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("%s: %v", line, err)
+				}
+				sum += f
+			}
+		}
+		return sum
+	}
+	before := read()
+	b.ResetTimer()
+	return func() {
+		b.StopTimer()
+		b.ReportMetric((read()-before)*1e6/float64(b.N), "redis-µs/op")
+	}
 }

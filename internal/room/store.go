@@ -48,7 +48,8 @@ var (
 
 // Store keeps the rooms' lines in Redis. It is safe for concurrent use.
 type Store struct {
-	rdb redis.UniversalClient
+	rdb   redis.UniversalClient
+	joins joins // the joins waiting for a call (joins.go)
 }
 
 // NewStore returns a Store on rdb.
@@ -79,11 +80,7 @@ func (s *Store) Join(ctx context.Context, sale Sale, userID int64) (bool, error)
 // JoinPlace is Join that also answers the user's place after it, read in
 // the same script.
 func (s *Store) JoinPlace(ctx context.Context, sale Sale, userID int64) (bool, Place, error) {
-	v, err := joinScript.Run(ctx, s.rdb, keysOf(sale.VoucherID), userID, Key(sale.Seed, userID),
-		sale.OpensAt.UnixMilli(), sale.Begin.UnixMilli(), sale.End.UnixMilli()).Slice()
-	if err == nil && len(v) == 0 {
-		err = errors.New("an empty answer")
-	}
+	v, err := s.join(ctx, sale, userID)
 	if err != nil {
 		return false, Place{}, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
 	}
