@@ -243,3 +243,46 @@ func TestOnEmbeddedRedis(t *testing.T) {
 		t.Fatalf("live %q (%v) after leaving, want none", names(live), err)
 	}
 }
+
+// The same steps on each topology the server supports: one Redis, a
+// master behind Sentinel, and a Redis Cluster of three masters (where the
+// two keys' one slot is what lets each script run at all).
+func TestOnEveryTopology(t *testing.T) {
+	for _, topo := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"one Redis", func(t *testing.T) redis.UniversalClient { return freshRedis(t) }},
+		{"Sentinel", func(t *testing.T) redis.UniversalClient {
+			s := testenv.StartSentinel(t)
+			rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Name, SentinelAddrs: s.Addrs()})
+			t.Cleanup(func() { rdb.Close() })
+			return rdb
+		}},
+		{"Cluster", func(t *testing.T) redis.UniversalClient { return testenv.StartCluster(t).Client(t) }},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := topo.rdb(t)
+			self := New(rdb, Self("new:1", "async", time.Now()), Fresh, quiet)
+			old := New(rdb, older("old:1"), Fresh, quiet)
+			for _, f := range []*Fleet{self, old} {
+				if err := f.Announce(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if live, err := self.Live(ctx); err != nil || names(live) != "new:1,old:1" {
+				t.Fatalf("live %q (%v), want new:1,old:1", names(live), err)
+			}
+			if err := self.Require(ctx, Room); !errors.Is(err, ErrUpgradePending) {
+				t.Errorf("Require(Room) with a level-6 instance alive: %v", err)
+			}
+			if err := old.Leave(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := self.Require(ctx, Room); err != nil {
+				t.Errorf("Require(Room) once it left: %v", err)
+			}
+		})
+	}
+}
