@@ -55,6 +55,61 @@ func transact(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) (Out
 
 // transactWith is transact with options for the transaction.
 func transactWith(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) (Outcome, error) {
+	outcome, err := transactOnce(ctx, db, opts, fn)
+	if outcome == NotWritten && errors.Is(err, ErrSoldOut) && db.Dialector.Name() == "mysql" {
+		return soldOutCausally(ctx, db, opts, fn, err)
+	}
+	return outcome, err
+}
+
+// A node a moment behind. A Galera node applies the others' commits a
+// moment after the cluster certified them, and the guard of an order
+// (stock >= n, an UPDATE) reads its own node's row: on a node that has
+// not yet applied another node's cancel, whose unit Redis already has
+// back (returnUnits runs once the cancel committed), the guard finds the
+// unit missing. The order would be refused sold out, and the unit dropped
+// from Redis as one it counted wrongly (settleFailure, or a dead letter
+// in async mode): in MySQL, not in Redis, until the sweeper's
+// reconciliation, and the next buyers told sold out meanwhile.
+//
+// So a sold out from the guard is asked again, on a Galera node, once it
+// has applied every commit the cluster certified before the question
+// (wsrep_sync_wait, as the reads of Config.Truth wait): on the same
+// connection, a read that waits, then the transaction whole. A guard
+// that still finds nothing is right. Only the refused pay for the wait,
+// and those are rare: Redis answers sold out long before MySQL does.
+
+// soldOutCausally runs fn again, in a new transaction, after waiting on
+// its connection for the node to apply what the cluster committed before,
+// when db is a Galera node; else it returns the first verdict, soldOut.
+func soldOutCausally(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error, soldOut error) (Outcome, error) {
+	outcome, err := NotWritten, soldOut
+	cerr := db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+		var name, on string
+		// MySQL has no such variable (no row); MariaDB without Galera
+		// answers OFF.
+		if err := conn.Raw("SHOW VARIABLES LIKE 'wsrep_on'").Row().Scan(&name, &on); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if on != "ON" {
+			return nil
+		}
+		if err := conn.Exec("SET STATEMENT wsrep_sync_wait = 1 FOR SELECT 1 FROM vouchers LIMIT 1").Error; err != nil {
+			return err
+		}
+		outcome, err = transactOnce(ctx, conn, opts, fn)
+		return nil
+	})
+	if cerr != nil {
+		// Not known, so not sold out either (not wrapped: the unit is
+		// given back, not dropped): MySQL could not be asked.
+		return NotWritten, fmt.Errorf("ask again, causally, after %v: %w", soldOut, cerr)
+	}
+	return outcome, err
+}
+
+// transactOnce is transactWith without a second look at a sold out.
+func transactOnce(ctx context.Context, db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) (Outcome, error) {
 	tx := db.WithContext(ctx).Begin(opts)
 	if err := tx.Error; err != nil {
 		return NotWritten, fmt.Errorf("begin: %w", err)
