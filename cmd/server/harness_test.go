@@ -152,6 +152,13 @@ func (in *instance) Stop() error {
 
 func waitHealthy(t testing.TB, base string, died <-chan error) {
 	t.Helper()
+	waitAnswers(t, base, "/healthz", died)
+}
+
+// waitAnswers waits up to 30 s for the server at base to answer 200 on
+// path, failing the test at once if died says that it exited.
+func waitAnswers(t testing.TB, base, path string, died <-chan error) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -159,7 +166,7 @@ func waitHealthy(t testing.TB, base string, died <-chan error) {
 			t.Fatalf("server %s exited while starting: %v", base, err)
 		default:
 		}
-		resp, err := http.Get(base + "/healthz")
+		resp, err := http.Get(base + path)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -168,7 +175,7 @@ func waitHealthy(t testing.TB, base string, died <-chan error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("server %s did not become healthy in 30s", base)
+	t.Fatalf("server %s did not answer 200 on %s in 30s", base, path)
 }
 
 // client is a shared HTTP client with enough idle connections for the

@@ -29,7 +29,10 @@ var (
 	buildErr  error
 )
 
-// serverBinary builds cmd/server once per test run.
+// serverBinary builds cmd/server once per test run. -trimpath, as the
+// upgrade test builds the old version (oldServerBinary): built from a
+// temporary directory, that one's packages are cached only if no path is
+// in them, and the two builds then share the build cache's dependencies.
 func serverBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -39,7 +42,7 @@ func serverBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "server")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-trimpath", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = &buildError{err, string(out)}
 		}
@@ -69,7 +72,15 @@ type proc struct {
 // spawn starts the server binary with env and waits until it is healthy.
 func spawn(t *testing.T, env map[string]string) *proc {
 	t.Helper()
-	cmd := exec.Command(serverBinary(t))
+	return spawnBinary(t, serverBinary(t), env, "/healthz")
+}
+
+// spawnBinary starts bin, a build of cmd/server (of another version, in
+// the upgrade test), with env and waits until it answers 200 on path
+// (/healthz: it runs; /readyz: MySQL and Redis answer it too).
+func spawnBinary(t *testing.T, bin string, env map[string]string, path string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -91,7 +102,7 @@ func spawn(t *testing.T, env map[string]string) *proc {
 			t.Logf("warnings and errors of process %s:\n%s", p.Base, problems(p.log.String()))
 		}
 	})
-	waitHealthy(t, p.Base, died)
+	waitAnswers(t, p.Base, path, died)
 	return p
 }
 
