@@ -118,6 +118,13 @@ func newApp(cfg config, st *stores, log *slog.Logger) (*app, error) {
 		qcfg.Consumer, qcfg.ClaimIdle, qcfg.Batch, qcfg.MaxDeliveries = cfg.Consumer, cfg.ClaimIdle, cfg.Batch, cfg.MaxDeliveries
 		qcfg.OnBatch = a.metrics.ConsumerBatch
 		a.consumers = queue.NewConsumers(st.rdb, a.orders.QueueWriter(), now, qcfg, log)
+		// An instance of a version before announcing still reads the
+		// streams: /readyz lists its consumer apart.
+		streams := make([]string, stock.Shards)
+		for k := range streams {
+			streams[k] = queue.StreamKey(k)
+		}
+		a.fleet.WatchConsumers(streams, queue.GroupName)
 	}
 	a.liveSrc = live.NewSource(st.db, st.rdb, a.vouchers, stocks, queueStats, now)
 	if cfg.LiveCrowd {

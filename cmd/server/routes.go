@@ -13,7 +13,6 @@ import (
 	"seckill/internal/admission"
 	"seckill/internal/apperr"
 	"seckill/internal/auth"
-	"seckill/internal/fleet"
 	"seckill/internal/live"
 	"seckill/internal/order"
 	"seckill/internal/order/queue"
@@ -109,7 +108,8 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 		self := a.fleet.Self()
 		c.JSON(http.StatusOK, gin.H{"status": "ok", "saturated": saturated,
 			"in_flight": inFlight, "max_in_flight": capacity, "refused_connections": a.conns.Refused(),
-			"version": self.Revision, "level": self.Level, "instances": readyInstances(a.fleet.Known())})
+			"version": self.Revision, "level": self.Level, "instances": orEmpty(a.fleet.Known()),
+			"unannounced_consumers": orEmpty(a.fleet.Unannounced())})
 	})
 	r.GET("/openapi.yaml", api.Serve)
 
@@ -185,11 +185,11 @@ func (a *app) metricsRoutes(cfg config) *http.ServeMux {
 	return mux
 }
 
-// readyInstances is the instances alive as /readyz lists them; an empty
-// list, not null, before the first announcement.
-func readyInstances(live []fleet.Instance) []fleet.Instance {
-	if live == nil {
-		return []fleet.Instance{}
+// orEmpty is list as /readyz answers it: an empty list, not null, before
+// the first announcement.
+func orEmpty[T any](list []T) []T {
+	if list == nil {
+		return []T{}
 	}
-	return live
+	return list
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"seckill/internal/fleet"
+	"seckill/internal/order/queue"
 	"seckill/internal/testenv"
 )
 
@@ -107,6 +108,14 @@ func TestOlderInstanceRefusesWhatItCannotServe(t *testing.T) {
 		waitReadyShows(t, in.Base, want, self)
 		checkInstancesGauge(t, in.Base, admin, map[string]float64{self + "/" + strconv.Itoa(int(fleet.Current)): 2, "bbc12cd00000/6": 1, "b3411b600000/4": 1})
 	}
+
+	// A consumer of the orders that announces nothing (an instance of
+	// level 7 or before, whose consumer is named as it would be) is
+	// listed apart by the async instance, which watches the streams.
+	if err := rdb.XGroupCreateConsumer(ctx, queue.StreamKey(0), queue.GroupName, "legacy-host:8080").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUnannounced(t, async.Base, "legacy-host:8080")
 
 	// The level-4 instance stops cleanly: it takes its announcement back.
 	// The level-6 one is killed: its announcement goes stale (here: it
@@ -202,4 +211,25 @@ func nameOf(in *instance) string {
 	host, _ := os.Hostname()
 	_, port, _ := net.SplitHostPort(in.Base[len("http://"):])
 	return host + ":" + port
+}
+
+// waitUnannounced waits until base's /readyz lists exactly the consumer
+// name among those that announce nothing, within two announcements.
+func waitUnannounced(t *testing.T, base, name string) {
+	t.Helper()
+	deadline := time.Now().Add(2*fleet.Every + time.Second)
+	for {
+		r := mustCall(t, "GET", base+"/readyz", "", nil)
+		list, _ := r.Body["unannounced_consumers"].([]any)
+		if len(list) == 1 {
+			c, _ := list[0].(map[string]any)
+			if idle, ok := c["idle_ms"].(float64); c["consumer"] == name && ok && idle >= 0 && idle < 60_000 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s/readyz: %s; want unannounced_consumers [%s]", base, r.Raw, name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -28,7 +28,11 @@
 // What it cannot do: see an instance of a version from before it (levels
 // 1 to 7). Those announce nothing. The first version that announces is
 // level 8; an upgrade from an earlier one still follows the notes of
-// docs/upgrading.md by hand.
+// docs/upgrading.md by hand. In async mode there is a hint: such an
+// instance's consumer reads the orders' streams under its name, so the
+// consumers that announce nothing are listed apart, with how long since
+// each last read (WatchConsumers, Unannounced); nothing is refused for
+// them, as their version is unknown.
 package fleet
 
 import (
@@ -37,9 +41,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,8 +139,14 @@ type Fleet struct {
 	fresh time.Duration
 	log   *slog.Logger
 
-	mu   sync.Mutex
-	last []Instance // the live instances as the last announcement found them
+	// streams and group, in async mode: the orders' streams, whose
+	// consumers that announce nothing Announce looks for (WatchConsumers).
+	streams []string
+	group   string
+
+	mu     sync.Mutex
+	last   []Instance // the live instances as the last announcement found them
+	silent []Consumer // and the consumers that announce nothing
 }
 
 // New returns the Fleet that announces self in rdb; an announcement
@@ -157,10 +169,86 @@ func (f *Fleet) Announce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("announce instance %s: %w", f.self.Name, err)
 	}
+	silent, err := f.consumers(ctx, live)
 	f.mu.Lock()
 	f.last = live
+	if err == nil {
+		f.silent = silent
+	}
 	f.mu.Unlock()
-	return nil
+	return err
+}
+
+// WatchConsumers makes Announce list, besides, the consumers of the
+// group on streams that announce nothing: an instance of a version from
+// before announcing, whose consumer is named as its announcement would
+// be (CONSUMER_NAME), or one that is gone (the group forgets a consumer
+// an hour after its last entry: package order/queue). Async mode only;
+// call it before Run. It costs one XINFO CONSUMERS a stream each
+// announcement, in one pipeline.
+func (f *Fleet) WatchConsumers(streams []string, group string) {
+	f.streams, f.group = streams, group
+}
+
+// A Consumer is a consumer of the orders' streams that announces nothing.
+type Consumer struct {
+	Name string `json:"consumer"`
+	// Idle is how long since it last read, on the stream it read last
+	// (XINFO CONSUMERS' idle). Redis 7.2 and later count any read; Redis
+	// before 7.2 only one that was given entries, so a live consumer of
+	// a quiet queue looks idle there.
+	Idle time.Duration `json:"-"`
+	// IdleMS is Idle in milliseconds, for /readyz.
+	IdleMS int64 `json:"idle_ms"`
+}
+
+// Unannounced is the consumers the last announcement found that announce
+// nothing (WatchConsumers), by name: a hint of instances of a version
+// before announcing, whose version nobody knows. Nothing is refused for
+// them.
+func (f *Fleet) Unannounced() []Consumer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.silent)
+}
+
+// consumers lists the consumers of the watched streams that are not
+// among live, each with its least idle time.
+func (f *Fleet) consumers(ctx context.Context, live []Instance) ([]Consumer, error) {
+	if len(f.streams) == 0 {
+		return nil, nil
+	}
+	pipe := f.rdb.Pipeline()
+	cmds := make([]*redis.XInfoConsumersCmd, len(f.streams))
+	for i, s := range f.streams {
+		cmds[i] = pipe.XInfoConsumers(ctx, s, f.group)
+	}
+	pipe.Exec(ctx) // each command's error is read below
+	announced := map[string]bool{}
+	for _, in := range live {
+		announced[in.Name] = true
+	}
+	idle := map[string]time.Duration{}
+	for i, c := range cmds {
+		cs, err := c.Result()
+		if err != nil {
+			// A stream or group not made yet has no consumer.
+			if strings.Contains(err.Error(), "NOGROUP") || strings.Contains(err.Error(), "no such key") {
+				continue
+			}
+			return nil, fmt.Errorf("list the consumers of %s: %w", f.streams[i], err)
+		}
+		for _, x := range cs {
+			if d, ok := idle[x.Name]; !announced[x.Name] && (!ok || x.Idle < d) {
+				idle[x.Name] = x.Idle
+			}
+		}
+	}
+	out := []Consumer{}
+	for _, name := range slices.Sorted(maps.Keys(idle)) {
+		out = append(out, Consumer{Name: name, Idle: idle[name], IdleMS: idle[name].Milliseconds()})
+	}
+	return out, nil
 }
 
 // Run announces the instance every interval until ctx ends. A failed

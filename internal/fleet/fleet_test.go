@@ -286,3 +286,42 @@ func TestOnEveryTopology(t *testing.T) {
 		})
 	}
 }
+
+// The consumers of the orders' streams that announce nothing (an
+// instance of a version before announcing) are listed apart, with how
+// long since each last read.
+func TestUnannouncedConsumers(t *testing.T) {
+	ctx := context.Background()
+	rdb := freshRedis(t)
+	streams := []string{"test:{s0}:orders", "test:{s1}:orders"}
+	for _, s := range streams {
+		if err := rdb.XGroupCreateMkStream(ctx, s, "persist", "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis 7.0 makes a consumer when it is first given an entry.
+	read := func(stream, consumer string) {
+		t.Helper()
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"id", "1"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "persist", Consumer: consumer, Streams: []string{stream, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(streams[0], "new:1")
+	read(streams[1], "legacy:8080")
+	read(streams[0], "legacy:8080")
+	f := New(rdb, Self("new:1", "async", time.Now()), Fresh, quiet)
+	if err := f.Announce(ctx); err != nil || f.Unannounced() != nil {
+		t.Fatalf("without WatchConsumers: %v, unannounced %v", err, f.Unannounced())
+	}
+	f.WatchConsumers(append(streams, "test:{s2}:orders"), "persist") // a stream not made yet has no consumer
+	if err := f.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Unannounced()
+	if len(got) != 1 || got[0].Name != "legacy:8080" || got[0].Idle > 5*time.Second || got[0].IdleMS != got[0].Idle.Milliseconds() {
+		t.Errorf("unannounced %+v, want legacy:8080 alone, idle a moment", got)
+	}
+}
