@@ -91,8 +91,8 @@ type Instance struct {
 	Reads    []string  `json:"reads"` // the stream entry formats its consumer reads; none in sync mode
 	Started  time.Time `json:"started_at"`
 	// Seen is when it last announced, by Redis' clock. Not in the
-	// announcement: the seen set keeps it.
-	Seen time.Time `json:"seen_at"`
+	// announcement (zero there): the seen set keeps it.
+	Seen time.Time `json:"seen_at,omitzero"`
 }
 
 // Self is this process's announcement, named name, in mode.
