@@ -17,6 +17,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '' then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   redis.call('ZADD', KEYS[2], now, ARGV[1])
+  -- Once nobody has announced for that long, every announcement in
+  -- them is stale: the keys go too (after a rollback to a version that
+  -- announces nothing, say).
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[3])))
 for _, id in ipairs(stale) do

@@ -18,9 +18,9 @@
 // formats its consumer reads. Beside it, seckill:{fleet}:seen, a sorted
 // set, holds when each last announced. Every instance announces itself
 // again every few seconds (Run); an announcement older than Fresh is
-// stale, and whoever runs the script next deletes it. An instance that
-// stops cleanly takes its own back (Leave); one that is killed goes
-// stale. Both keys share the {fleet} hash tag, so they live in one slot
+// stale, and whoever runs the script next deletes it; both keys expire
+// once nobody has announced for Fresh. An instance that stops cleanly
+// takes its own back (Leave); one that is killed goes stale. Both keys share the {fleet} hash tag, so they live in one slot
 // and each step is one script on one node: the same on one Redis, behind
 // Sentinel and on a Redis Cluster. The times are Redis' clock, not the
 // instances', whose clocks may disagree.

@@ -77,6 +77,11 @@ func TestAnnounceAndLeave(t *testing.T) {
 	if d := time.Since(got.Seen); d < -5*time.Second || d > 5*time.Second {
 		t.Errorf("a seen at %v, %v from now", got.Seen, d)
 	}
+	for _, k := range []string{instancesKey, seenKey} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > Fresh {
+			t.Errorf("%s expires in %v, want within %v (every announcement in it is stale by then)", k, ttl, Fresh)
+		}
+	}
 	if names(b.Known()) != "a:8080,b:8080" {
 		t.Errorf("b knows %q after announcing, want both", names(b.Known()))
 	}
