@@ -69,9 +69,7 @@ func BenchmarkGaleraHotRow(b *testing.B) {
 								id := ids.Add(1)
 								batch[i] = Order{ID: id, UserID: id, VoucherID: vid, Status: StatusUnpaid, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 							}
-							outcome, err := retryConflicts(ctx, obs, func() (Outcome, error) {
-								return transact(ctx, db, func(tx *gorm.DB) error { return writeNew(tx, batch) })
-							})
+							outcome, err := transactRetried(ctx, db, obs, nil, func(tx *gorm.DB) error { return writeNew(tx, batch) })
 							if outcome == Written {
 								orders.Add(int64(size))
 							} else if !conflict(err) {

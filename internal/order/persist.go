@@ -45,13 +45,11 @@ func (w queueWriter) Write(ctx context.Context, entries []queue.Entry) (queue.Ve
 	// wrote the voucher's row first) is run again here, whole, before the
 	// consumer hears of it: to the consumer any failure not the entries'
 	// own means MySQL takes no writes, and it backs off.
-	write := func() (Outcome, error) {
-		return transact(ctx, w.db, func(tx *gorm.DB) error { return writeBatch(tx, orders) })
-	}
-	outcome, err := retryConflicts(ctx, w.obs, write)
+	write := func(tx *gorm.DB) error { return writeBatch(tx, orders) }
+	outcome, err := transactRetried(ctx, w.db, w.obs, nil, write)
 	if errors.Is(err, errWrittenMeanwhile) {
 		// Another consumer wrote it while we tried: this time we find it.
-		outcome, err = retryConflicts(ctx, w.obs, write)
+		outcome, err = transactRetried(ctx, w.db, w.obs, nil, write)
 	}
 	return verdict(outcome, err), err
 }

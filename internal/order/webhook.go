@@ -60,7 +60,11 @@ func (s *Service) ApplyPayment(ctx context.Context, e payment.Event) (PaymentAns
 	now := s.stamp()
 	ans := PaymentAnswer{OrderID: strconv.FormatInt(e.OrderID, 10)}
 	var cancelled *Order
-	outcome, err := transact(ctx, s.db, func(tx *gorm.DB) error {
+	// Run again whole when it loses a conflict (a Galera certification
+	// failure on the voucher's row, which a cancel here updates), as every
+	// write of the order's life is: so it starts from nothing each time.
+	outcome, err := transactRetried(ctx, s.db, s.obs, nil, func(tx *gorm.DB) error {
+		cancelled, ans.Status, ans.Refund = nil, "", false
 		// The event first: its key is the event_id, so that of two
 		// deliveries of one event at once, the second waits here for the
 		// first's transaction, then finds the event applied.

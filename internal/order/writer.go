@@ -145,9 +145,7 @@ func (g *groupCommit) writeGroup(batch []*write) {
 		// A conflict (another node wrote the voucher's row first) rolls
 		// the batch back whole: it is run again whole, as a batch. Broken
 		// up into its orders, each would meet the same conflict alone.
-		outcome, err := retryConflicts(ctx, g.obs, func() (Outcome, error) {
-			return transact(ctx, g.db, func(tx *gorm.DB) error { return writeNew(tx, orders) })
-		})
+		outcome, err := transactRetried(ctx, g.db, g.obs, nil, func(tx *gorm.DB) error { return writeNew(tx, orders) })
 		cancel()
 		for _, stop := range watches {
 			stop()
@@ -185,9 +183,7 @@ func (g *groupCommit) writeGroup(batch []*write) {
 // writeAlone writes w's order in a transaction of its own, run again
 // when it loses a conflict.
 func (g *groupCommit) writeAlone(w *write) written {
-	outcome, err := retryConflicts(w.ctx, g.obs, func() (Outcome, error) {
-		return transact(w.ctx, g.db, func(tx *gorm.DB) error { return insert(tx, w.order) })
-	})
+	outcome, err := transactRetried(w.ctx, g.db, g.obs, nil, func(tx *gorm.DB) error { return insert(tx, w.order) })
 	if outcome == Written {
 		g.obs.Committed(1)
 	}
