@@ -39,6 +39,16 @@ func older(name string) Instance {
 	return Instance{Name: name, Revision: "eb3ad20aaaaa", Level: 6, Mode: "async", Reads: []string{FormatOrder, FormatBucket}}
 }
 
+// announce announces each of fleets once.
+func announce(t *testing.T, fleets ...*Fleet) {
+	t.Helper()
+	for _, f := range fleets {
+		if err := f.Announce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func names(live []Instance) string {
 	var s []string
 	for _, in := range live {
@@ -55,11 +65,7 @@ func TestAnnounceAndLeave(t *testing.T) {
 	started := time.Now()
 	a := New(rdb, Self("a:8080", "async", started), Fresh, quiet)
 	b := New(rdb, Self("b:8080", "sync", started), Fresh, quiet)
-	for _, f := range []*Fleet{a, b} {
-		if err := f.Announce(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	announce(t, a, b)
 	live, err := a.Live(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -138,11 +144,7 @@ func TestRequireRefusesWhileOlderAlive(t *testing.T) {
 	rdb := freshRedis(t)
 	self := New(rdb, Self("new:1", "async", time.Now()), Fresh, quiet)
 	old := New(rdb, older("old:1"), Fresh, quiet)
-	for _, f := range []*Fleet{self, old} {
-		if err := f.Announce(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	announce(t, self, old)
 	err := self.Require(ctx, Room)
 	var b *Blocked
 	if !errors.As(err, &b) || b.By.Name != "old:1" || !errors.Is(err, ErrUpgradePending) {
@@ -271,11 +273,7 @@ func TestOnEveryTopology(t *testing.T) {
 			rdb := topo.rdb(t)
 			self := New(rdb, Self("new:1", "async", time.Now()), Fresh, quiet)
 			old := New(rdb, older("old:1"), Fresh, quiet)
-			for _, f := range []*Fleet{self, old} {
-				if err := f.Announce(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			announce(t, self, old)
 			if live, err := self.Live(ctx); err != nil || names(live) != "new:1,old:1" {
 				t.Fatalf("live %q (%v), want new:1,old:1", names(live), err)
 			}
