@@ -97,7 +97,17 @@ func RedisAddr(t testing.TB) string {
 
 // Redis returns a client of the test Redis on logical database db. Tests
 // share that Redis with other packages running at the same time: use keys
-// of your own, and flush only a database no other test uses.
+// of your own, and flush only a database no other test uses. The
+// databases tests flush, by package (within one package tests run one
+// after another, so they may share one):
+//
+//	0        nobody flushes it: every package's keys of their own
+//	1        internal/auth (sessions)
+//	2-4, 8-14  cmd/server (newStack, the rolling upgrade, metrics, faults)
+//	5        internal/fleet
+//	6        cmd/server (versions)
+//	7        internal/order (async buckets)
+//	15       internal/order/queue
 func Redis(t testing.TB, db int) *redis.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: RedisAddr(t), DB: db})
