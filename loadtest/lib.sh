@@ -9,10 +9,16 @@
 #               SERVER_REV names (git archive: edits in progress in the
 #               tree never leak into figures) or from the working tree,
 #               and sets server_desc to say which
-#   build_tools builds the yardstick and the token maker into $WORK
+#   build_tools builds the yardstick and the token maker into $WORK, and
+#               each loadtest tool named (build_tools openloop)
+#   redis_up PORT  starts a private redis-server (no persistence) on PORT
+#               and points REDIS_ADDR at it
 #   fresh_stores checks that Redis ($REDIS_ADDR) and MySQL answer, drops
 #               and creates database $DB, flushes Redis database
 #               $REDIS_DB (only that one), and defines rcli: redis-cli on it
+#   server_up LOG [NAME=VALUE…]  starts $WORK/server on $SERVER_ADDR (see
+#               below), sets server_pid, waits for /readyz; server_down
+#               stops it
 #   pair_line, pairs_summary print paired runs: one pair's two rates and
 #               their ratio, and a file of pairs' ratios and medians
 
@@ -59,9 +65,23 @@ build_server() {
 	fi
 }
 
-build_tools() {
-	timeout 600 go build -o "$WORK/yardstick" ./loadtest/yardstick
-	timeout 600 go build -o "$WORK/tokens" ./loadtest/tokens
+# shellcheck disable=SC2120 # the tools named are optional
+build_tools() { # [tool…]: more of loadtest/'s commands
+	local tool
+	for tool in yardstick tokens "$@"; do
+		timeout 600 go build -o "$WORK/$tool" "./loadtest/$tool"
+	done
+}
+
+# redis_up PORT: a Redis of the script's own, so that Redis' figures (INFO:
+# commands, CPU) count this server's calls alone.
+redis_up() {
+	REDIS_ADDR=127.0.0.1:$1
+	redis-server --bind 127.0.0.1 --port "$1" --save "" --appendonly no >"$WORK/redis.log" 2>&1 &
+	pids+=("$!")
+	for _ in $(seq 50); do rcli PING >/dev/null 2>&1 && return 0; sleep 0.1; done
+	echo "$(basename "$0"): redis-server on port $1 did not answer; see $WORK/redis.log" >&2
+	exit 1
 }
 
 rcli() { timeout 10 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" -n "$REDIS_DB" "$@"; }
@@ -97,4 +117,36 @@ pairs_summary() {
 		      f"  (median req/s: {a} {med(r[0] for r in rows):.0f}, {b} {med(r[2] for r in rows):.0f};"
 		      f" median cpu-us/req: {a} {med(r[1] for r in rows):.1f}, {b} {med(r[3] for r in rows):.1f})")
 	EOF
+}
+
+# server_up LOG [NAME=VALUE…] starts $WORK/server on $SERVER_ADDR with the
+# script's MYSQL_DSN, REDIS_ADDR, REDIS_DB and JWT_SECRET, the admin phone
+# 13800000000, development login codes and the login code limits off
+# (every user logs in from this one address), and the environment given;
+# its output goes to LOG. It sets server_pid and returns once /readyz
+# answers.
+server_up() {
+	local log=$1
+	shift
+	env HTTP_ADDR="$SERVER_ADDR" MYSQL_DSN="$MYSQL_DSN" REDIS_ADDR="$REDIS_ADDR" REDIS_DB="$REDIS_DB" \
+		JWT_SECRET="$JWT_SECRET" PAYMENT_WEBHOOK_SECRET="$JWT_SECRET" ADMIN_PHONES=13800000000 AUTH_DEV_CODES=true \
+		AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0 "$@" \
+		"$WORK/server" >"$log" 2>&1 &
+	server_pid=$!
+	pids+=("$server_pid")
+	for _ in $(seq 300); do
+		curl -fsS -o /dev/null --max-time 1 "http://$SERVER_ADDR/readyz" 2>/dev/null && return 0
+		kill -0 "$server_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "$(basename "$0"): the server did not come up in 30s; see $log" >&2
+	exit 1
+}
+
+# server_down stops the server server_up started: TERM, KILL after 30s.
+server_down() {
+	kill -TERM "$server_pid" 2>/dev/null || true
+	for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$server_pid" 2>/dev/null || true
+	wait "$server_pid" 2>/dev/null || true
 }
