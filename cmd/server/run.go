@@ -120,7 +120,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	bg.Go(func() { app.orders.RunExpirer(bgCtx, cfg.SweepEvery) })
 	bg.Go(func() { app.admitter.Run(bgCtx, room.AdmitEvery) })
 	bg.Go(func() { app.live.Run(bgCtx) })
-	bg.Go(func() { app.fleet.Run(bgCtx, fleet.Every) })
+	// The announcements go on through the drain, as long as the consumer
+	// reads: an instance still reading the streams counts as alive.
+	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFleet()
+	var announcing sync.WaitGroup
+	announcing.Go(func() { app.fleet.Run(fleetCtx, fleet.Every) })
 	if app.consumers != nil {
 		bg.Go(func() { queue.RunAll(bgCtx, drainCtx, app.consumers) })
 	} else {
@@ -139,6 +144,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		defer stop()
 		bg.Wait()
 		app.orders.Close() // a seed or reload still running, before the clients close
+		stopFleet()
+		announcing.Wait()
 		// Last, once its consumer has drained: the others stop counting
 		// this instance at once, not after fleet.Fresh.
 		leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(deadline), 2*time.Second)

@@ -97,7 +97,7 @@ type Instance struct {
 
 // Self is this process's announcement, named name, in mode.
 func Self(name, mode string, started time.Time) Instance {
-	in := Instance{Name: name, Revision: Revision(), Level: Current, Mode: mode, Reads: []string{}, Started: started.UTC().Truncate(time.Second)}
+	in := Instance{Name: name, Revision: Revision(), Level: Current, Mode: mode, Reads: []string{}, Started: started.UTC().Truncate(time.Millisecond)}
 	if mode == "async" {
 		in.Reads = slices.Clone(Reads)
 	}
@@ -273,7 +273,11 @@ func (f *Fleet) Run(ctx context.Context, every time.Duration) {
 
 // Leave takes this instance's announcement back: it is stopping.
 func (f *Fleet) Leave(ctx context.Context) error {
-	if err := leaveScript.Run(ctx, f.rdb, []string{instancesKey, seenKey}, f.self.Name).Err(); err != nil {
+	body, err := json.Marshal(f.self)
+	if err != nil {
+		return err
+	}
+	if err := leaveScript.Run(ctx, f.rdb, []string{instancesKey, seenKey}, f.self.Name, string(body)).Err(); err != nil {
 		return fmt.Errorf("take back the announcement of %s: %w", f.self.Name, err)
 	}
 	return nil

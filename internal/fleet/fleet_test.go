@@ -103,6 +103,30 @@ func TestAnnounceAndLeave(t *testing.T) {
 	}
 }
 
+// Under a fixed name (a StatefulSet's), the replacement announces while
+// the instance it replaces drains; the old one's Leave, at the end of its
+// drain, leaves the replacement's announcement alone.
+func TestLeaveTakesOnlyItsOwn(t *testing.T) {
+	ctx := context.Background()
+	rdb := freshRedis(t)
+	old := New(rdb, Self("web-0:8080", "async", time.Now().Add(-time.Hour)), Fresh, quiet)
+	replacement := New(rdb, Self("web-0:8080", "async", time.Now()), Fresh, quiet)
+	announce(t, old, replacement)
+	if err := old.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live, err := replacement.Live(ctx)
+	if err != nil || len(live) != 1 || !live[0].Started.Equal(replacement.Self().Started) {
+		t.Fatalf("after the old one left: %+v (%v), want the replacement's announcement", live, err)
+	}
+	if err := replacement.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if live, err := old.Live(ctx); err != nil || len(live) != 0 {
+		t.Errorf("after the replacement left: %+v (%v), want none", live, err)
+	}
+}
+
 // An instance that stops announcing (killed) is not alive once its last
 // announcement is older than fresh, and whoever reads next deletes it.
 func TestStaleInstanceForgotten(t *testing.T) {
