@@ -126,7 +126,8 @@ func sharesOf(addr string) (site, key string) {
 	ip, err := netip.ParseAddr(addr)
 	switch {
 	case err != nil:
-		return addr, addr
+		// A site of its own: not "" (IPv6 loopback's site, siteOf).
+		return "?" + addr, "?" + addr
 	case ip.Is4():
 		return addr, addr // as parsed: ParseAddr takes only the canonical form of IPv4
 	}

@@ -86,26 +86,32 @@ func (s *Store) join(ctx context.Context, sale Sale, user int64) ([]any, error) 
 		j.mu.Unlock()
 		c.next = []*joinCall{c}
 	}
-	// This joiner sends the call. Its context ends with its request; the
-	// others' joins in the call must not fail with it, so the call runs
-	// under Redis' own timeouts instead.
+	// This joiner sends the call, and then hands the voucher on, whatever
+	// becomes of the call. Its context ends with its request; the others'
+	// joins in the call must not fail with it, so the call runs under
+	// Redis' own timeouts instead.
+	defer j.handOn(sale.VoucherID)
 	s.send(context.WithoutCancel(ctx), sale, c.next)
-	// Hand the voucher on: the joins that arrived meanwhile go next, sent
-	// by the first of them, or nothing is out any more.
-	j.mu.Lock()
-	p := j.lines[sale.VoucherID]
-	if len(p.calls) == 0 {
-		delete(j.lines, sale.VoucherID)
-		j.mu.Unlock()
-	} else {
-		n := min(len(p.calls), maxJoins)
-		next := p.calls[:n:n]
-		p.calls = p.calls[n:]
-		j.mu.Unlock()
-		next[0].next = next
-		close(next[0].done)
-	}
 	return c.answer, c.err
+}
+
+// handOn hands voucherID's joins on once a call came back: those that
+// arrived meanwhile go next, sent by the first of them; or nothing is out
+// any more.
+func (j *joins) handOn(voucherID int64) {
+	j.mu.Lock()
+	p := j.lines[voucherID]
+	if len(p.calls) == 0 {
+		delete(j.lines, voucherID)
+		j.mu.Unlock()
+		return
+	}
+	n := min(len(p.calls), maxJoins)
+	next := p.calls[:n:n]
+	p.calls = p.calls[n:]
+	j.mu.Unlock()
+	next[0].next = next
+	close(next[0].done)
 }
 
 // send runs one call of join.lua for calls, and gives each its answer
