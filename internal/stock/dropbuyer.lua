@@ -15,9 +15,10 @@
 -- settling the same entry): the user may have bought again since.
 --
 -- Two marks, both kept after they were read:
---   user -> order ID: what KeepClaim and the sweeper read (a replay of the
---     dead letter, which queues the order again under the same ID,
---     removes it first: Store.Undrop);
+--   user -> order ID: what KeepClaim and the sweeper read, and DropNotes
+--     for an entry without a note (begun by level 7, whose script set
+--     this mark alone); a replay of the dead letter, which queues the
+--     order again under the same ID, removes it first (Store.Undrop);
 --   order@entry -> the note: this entry's buyer was forgotten, so the
 --     entry must never be written, only dead-lettered (its dead letter,
 --     retried, reads the note); and this script acts once per entry. A

@@ -27,9 +27,11 @@ type Keys struct {
 	// Dropped: user -> order ID, a buyer's order whose unit came from
 	// another bucket and that async mode dead-lettered (DropBuyer), so
 	// that a close of its claim, still to come, forgets the buyer instead
-	// of remembering them (KeepClaim); and order@entry -> a note, that
-	// stream entry's buyer forgotten, so that the entry is never written
-	// after all (DropNotes). Always empty in sync mode.
+	// of remembering them (KeepClaim), and so that the order's entry, if
+	// a level-7 instance began its dead letter and left no note, is never
+	// written (DropNotes); and order@entry -> a note, that stream entry's
+	// buyer forgotten, so that the entry is never written after all
+	// (DropNotes). Always empty in sync mode.
 	Dropped string
 }
 

@@ -290,28 +290,60 @@ type DropOf struct {
 	Entry       string
 }
 
-// DropNotes returns, for each of drops, the note DropBuyer kept for it,
-// or "" where it never ran for that entry: one round trip (a pipeline;
-// the entries' homes may lie in several slots).
-func DropNotes(ctx context.Context, rdb redis.UniversalClient, drops []DropOf) ([]string, error) {
+// A DropNote is what DropNotes found of a stream entry in its buyer's
+// home bucket. Begun: DropBuyer forgot the buyer for the entry's order,
+// so the entry must never be written. Note: what the dead letter decided,
+// as DropBuyer was given it; "" when begun by a level-7 instance (up to
+// 94b3afe), whose DropBuyer kept only the mark user -> order ID.
+type DropNote struct {
+	Begun bool
+	Note  string
+}
+
+// DropNotes returns, for each of drops, whether DropBuyer ran for it, and
+// the note it kept: one round trip (a pipeline; the entries' homes may
+// lie in several slots).
+//
+// An entry without a note counts as begun when its user's mark names its
+// order: a level-7 DropBuyer, in a rolling upgrade, leaves that mark
+// alone, and the mark means what the note does, for the order instead of
+// the entry. Only DropBuyer sets it, as it forgets the buyer for that
+// order; only Undrop clears it, before a replay queues the order again
+// (the sweeper and KeepClaim read it, never write it; Init deletes the
+// hash of a voucher made anew, Forget lets it expire with the sale's
+// keys). So while the mark names the order, no entry of that order may be
+// written: the buyer may have bought again. A newer dead letter of the
+// same user's overwrites the mark; then an entry begun by level 7 and
+// never finished is not known as begun (see docs/upgrading.md).
+func DropNotes(ctx context.Context, rdb redis.UniversalClient, drops []DropOf) ([]DropNote, error) {
 	pipe := rdb.Pipeline()
-	gets := make([]*redis.StringCmd, len(drops))
+	notes := make([]*redis.StringCmd, len(drops))
+	marks := make([]*redis.StringCmd, len(drops))
 	for i, d := range drops {
 		home := BucketKeys(d.Voucher, d.Buckets, Home(d.User, d.Buckets))
-		gets[i] = pipe.HGet(ctx, home.Dropped, dropField(d.Order, d.Entry))
+		notes[i] = pipe.HGet(ctx, home.Dropped, dropField(d.Order, d.Entry))
+		marks[i] = pipe.HGet(ctx, home.Dropped, strconv.FormatInt(d.User, 10))
 	}
 	pipe.Exec(ctx) // every command's error is read below: a missing field's redis.Nil must not hide a failed one
-	notes := make([]string, len(drops))
-	for i, get := range gets {
-		switch v, err := get.Result(); {
+	out := make([]DropNote, len(drops))
+	for i, d := range drops {
+		note, err := notes[i].Result()
+		if err == nil {
+			out[i] = DropNote{Begun: true, Note: note}
+			continue
+		}
+		if !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read dead letter marks of voucher %d: %w", d.Voucher, err)
+		}
+		switch mark, err := marks[i].Result(); {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
-			return nil, fmt.Errorf("read dead letter marks of voucher %d: %w", drops[i].Voucher, err)
+			return nil, fmt.Errorf("read dead letter marks of voucher %d: %w", d.Voucher, err)
 		default:
-			notes[i] = v
+			out[i].Begun = mark == strconv.FormatInt(d.Order, 10)
 		}
 	}
-	return notes, nil
+	return out, nil
 }
 
 // dropField names the mark DropBuyer keeps of a stream entry in its

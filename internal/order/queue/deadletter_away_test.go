@@ -192,3 +192,115 @@ func TestAwayDeadLetterCutBeforeItsScriptStaysDead(t *testing.T) {
 		t.Errorf("a third purchase = %d, %v; want already bought (1002 is theirs)", res, err)
 	}
 }
+
+// dropBuyerLevel7 is stock.DropBuyer's script as 94b3afe (level 7, the
+// oldest version a rolling upgrade starts from) runs it: it forgets the
+// buyer and leaves only the mark user -> order ID in the home bucket's
+// dropped hash, no note of the entry.
+const dropBuyerLevel7 = `
+if redis.call('HGET', KEYS[3], ARGV[1]) == ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 2
+end
+redis.call('SREM', KEYS[2], ARGV[1])
+return 1`
+
+// The same story in the middle of a rolling upgrade from level 7. A
+// level-7 consumer reads order 1001 (an away buyer's: home bucket 0, unit
+// of bucket 1), finds MySQL without a unit, and begins its dead letter:
+// its DropBuyer forgets the buyer at home and leaves its mark alone; then
+// its dead.lua fails (the instance is stopped, say), and the entry stays
+// pending in that consumer's name. The buyer buys again (order 1002, the
+// last unit of bucket 1), a cancel gives MySQL a unit back, and a level-8
+// consumer claims the idle entry, then reads the new one.
+//
+// Finding no note of the entry, the level-8 consumer wrote 1001 (MySQL's
+// unit, the buyer's one row) and dead-lettered 1002 as HasOrder: the bug
+// of issue 34, through the upgrade. The old mark says as much as the
+// note that the buyer was forgotten for 1001, only not why: 1001 must be
+// dead-lettered, its unit dropped (the choice that cannot sell a unit
+// MySQL lacks), and 1002 written.
+func TestAwayDeadLetterBegunByLevel7StaysDead(t *testing.T) {
+	rdb, q := emptyQueue(t)
+	ctx := context.Background()
+	s := split{t, rdb}
+	splitStock(t, q, rdb, 0, 2, 0)
+	u := homedAt(0, 1)[0]
+	first := order(1001, u)
+	if res, err := q.Accept(ctx, &first); err != nil || res != Queued || first.Bucket != 1 {
+		t.Fatalf("Accept = %d, %v, bucket %d; want queued in bucket 1", res, err, first.Bucket)
+	}
+	mysql := &tableWriter{stock: 0, byUser: map[int64]int64{}}
+	shard := stock.BucketShard(splitVoucher, splitParts, 1)
+	cfg := Config{Consumer: "level-8", Shard: shard, Batch: 10, ClaimIdle: 5 * time.Second, MaxDeliveries: 5}
+	p := NewConsumer(rdb, mysql, time.Now, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := p.ensureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The level-7 consumer: it reads the entry, and its dead letter stops
+	// after DropBuyer. Its entry then lies idle past ClaimIdle (XCLAIM's
+	// IDLE sets the time since its last delivery).
+	read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: GroupName, Consumer: "level-7", Streams: []string{StreamKey(shard), ">"}, Count: 1, Block: -1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
+		t.Fatalf("the level-7 consumer's read = %v, %v; want order 1001's entry", read, err)
+	}
+	id := read[0].Messages[0].ID
+	home := s.keys(0)
+	if n, err := redis.NewScript(dropBuyerLevel7).Run(ctx, rdb, []string{home.Claims, home.Buyers, home.Dropped}, u, 1001).Int(); err != nil || n != 1 {
+		t.Fatalf("level 7's DropBuyer = %d, %v; want the buyer forgotten", n, err)
+	}
+	if err := rdb.Do(ctx, "XCLAIM", StreamKey(shard), GroupName, "level-7", 0, id, "IDLE", 2*cfg.ClaimIdle.Milliseconds()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	second := order(1002, u)
+	if res, err := q.Accept(ctx, &second); err != nil || res != Queued || second.Bucket != 1 {
+		t.Fatalf("buying again = %d, %v, bucket %d; want queued in bucket 1", res, err, second.Bucket)
+	}
+	mysql.setStock(1)
+
+	// The level-8 consumer's round: the idle entry claimed, then the new.
+	p.claim(ctx)
+	if _, err := p.readNew(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := mysql.orders(); !slices.Equal(got, []int64{1002}) {
+		t.Errorf("MySQL holds orders %v, want [1002]: level 7 began the dead letter of 1001 (its buyer forgotten), so 1001 is never written, and 1002 is", got)
+	}
+	dead, err := rdb.XRange(ctx, deadKey(shard), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deadOrders []string
+	for _, m := range dead {
+		deadOrders = append(deadOrders, field(m, fieldOrder)+" ("+field(m, fieldError)+")")
+	}
+	if len(dead) != 1 || field(dead[0], fieldOrder) != "1001" || field(dead[0], fieldError) != errBegunBefore.Error() {
+		t.Errorf("dead letters %q, want order 1001's alone, saying it was begun by an earlier version", deadOrders)
+	}
+	if !s.buyer(0, u) {
+		t.Error("the buyer of order 1002 is not remembered at home: finishing 1001's dead letter forgot them a second time")
+	}
+	if got := s.stocks(); !slices.Equal(got, []int64{0, 0, 0}) {
+		t.Errorf("stocks %v, want [0 0 0]: 1001's unit dropped (its reason unknown), 1002's taken", got)
+	}
+	if pend, err := rdb.XPending(ctx, StreamKey(shard), GroupName).Result(); err != nil || pend.Count != 0 {
+		t.Errorf("pending %+v, %v; want none", pend, err)
+	}
+	if n := s.queued(1); n != 0 {
+		t.Errorf("bucket 1 counts %d queued orders, want 0", n)
+	}
+	if m := rdb.HGet(ctx, pendingKey(shard), "1001").Val(); !strings.HasSuffix(m, ":failed") {
+		t.Errorf("order 1001's pending marker %q, want it marked failed", m)
+	}
+	rdb.Set(ctx, s.keys(0).Stock, 1, 0) // a unit at home, where the buyer is asked first
+	third := order(1003, u)
+	if res, err := q.Accept(ctx, &third); err != nil || res != AlreadyBought {
+		t.Errorf("a third purchase = %d, %v; want already bought (1002 is theirs)", res, err)
+	}
+}

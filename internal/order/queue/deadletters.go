@@ -315,11 +315,13 @@ func (p *Consumer) deadLetter(ctx context.Context, m redis.XMessage, cause error
 // finishDeadLetters takes out of a batch read again (not new: an entry
 // delivered before) the entries whose dead letter was begun, their buyer
 // forgotten at home, and finishes each as it was decided then (see
-// deadLetter), without asking MySQL again; it returns the rest. Only an
-// order whose unit came from another bucket than its buyer's home is
-// dead-lettered in two steps, so only those are looked up. If the marks
-// cannot be read, none of the batch is written now: it stays pending and
-// is read again.
+// deadLetter), without asking MySQL again; it returns the rest. A dead
+// letter begun by a level-7 instance (a rolling upgrade) left no note,
+// only its user's mark naming the order: it is finished with its unit
+// dropped (errBegunBefore). Only an order whose unit came from another
+// bucket than its buyer's home is dead-lettered in two steps, so only
+// those are looked up. If the marks cannot be read, none of the batch is
+// written now: it stays pending and is read again.
 func (p *Consumer) finishDeadLetters(ctx context.Context, msgs []redis.XMessage, entries []Entry) ([]redis.XMessage, []Entry, error) {
 	var away []stock.DropOf
 	var at []int
@@ -338,12 +340,17 @@ func (p *Consumer) finishDeadLetters(ctx context.Context, msgs []redis.XMessage,
 	}
 	begun := map[int]bool{}
 	for j, note := range notes {
-		if note == "" {
+		if !note.Begun {
 			continue
 		}
 		i := at[j]
 		begun[i] = true
-		unit, cause, _ := strings.Cut(note, " ")
+		if note.Note == "" {
+			p.log.Warn("finishing a dead letter begun by a level-7 instance, which kept no reason; the entry is not written and its unit is dropped", "id", msgs[i].ID)
+			p.deadLetter(ctx, msgs[i], errBegunBefore, true, false)
+			continue
+		}
+		unit, cause, _ := strings.Cut(note.Note, " ")
 		p.log.Info("finishing a dead letter begun before; the entry is not written", "id", msgs[i].ID)
 		p.deadLetter(ctx, msgs[i], errors.New(cause), unit == "drop", false)
 	}
@@ -359,6 +366,22 @@ func (p *Consumer) finishDeadLetters(ctx context.Context, msgs []redis.XMessage,
 	}
 	return restMsgs, rest, nil
 }
+
+// errBegunBefore is the reason a dead letter gives when a level-7
+// instance (up to 94b3afe, during a rolling upgrade) began it: its
+// DropBuyer forgot the buyer and kept no note of why (stock.DropNotes).
+//
+// Its unit is dropped, not given back. Level 7 forgot the buyer when
+// MySQL had no unit for the order (the unit to drop), or refused the
+// order itself (IDTaken, or a refusal repeated MaxDeliveries times: the
+// unit to give back). Dropping a unit MySQL has leaves Redis one short:
+// a buyer may be told sold out a moment early, until the sweeper's
+// reconciliation, once nothing of the voucher is held or queued, sets
+// Redis' count to MySQL's. Giving back a unit MySQL lacks would let Redis
+// accept an order MySQL must refuse: a buyer told their order is queued,
+// and then dead-lettered. Only the first can never sell what is not
+// there.
+var errBegunBefore = errors.New("dead letter begun by a level-7 instance, which kept no reason: the unit is dropped (the sweeper's reconciliation gives it back if MySQL has it)")
 
 // deadLetterAge is how long a dead letter is kept: long enough for an
 // admin to see and replay it; it was settled when it was made, so dropping
