@@ -9,9 +9,12 @@
 # rates), then sends an open loop at each fraction of that peak with
 # loadtest/openloop (WARMUP not counted, then DURATION), and prints a row a
 # run: the peak, the rate asked and achieved, p50, p99, p99.9 and the
-# maximum in ms, the generator's own send lag at p99 (a lag near the
-# latency means the figure is the generator's or the machine's, not the
-# server's), and the statuses (with errors and unsent requests, if any).
+# maximum in ms, the send lag at p99 (from due to the write: the wait for a
+# free connection and the generator's own lateness), how many requests
+# found every connection busy when due (queued), and the statuses (with
+# errors and unsent requests, if any). A lag-p99 near the p99 with few
+# queued means the figure is the generator's or the machine's, not the
+# server's.
 # The goal on the 2-core machine: p99 <= 10 ms at half the peak.
 #
 # The paths (PATHS, comma- or space-separated):
@@ -40,7 +43,8 @@
 #   SERVER_REV=HEAD loadtest/tail.sh          # the server as committed
 #   PEAK_DURATION=2s WARMUP=1s DURATION=3s CYCLE_USERS=5000 loadtest/tail.sh  # a smoke run
 #
-# Each run's full report is $WORK/<path>-<fraction>.json (openloop -json).
+# WARMUP, DURATION and PEAK_DURATION are whole seconds (2s, 10s). Each
+# run's full report is $WORK/<path>-<fraction>.json (openloop -json).
 # Needs go, wrk (apt-get installed if missing), mysql, redis-cli,
 # redis-server, curl, jq and python3. Generated files go to $WORK.
 set -euo pipefail
@@ -54,7 +58,10 @@ WARMUP=${WARMUP:-2s}
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}            # wrk's connections, for the peak
-OPEN_CONNS=${OPEN_CONNS:-128} # openloop's: enough that none waits for a free one at 0.9 of the peak
+# openloop's connections: more than the server's MAX_IN_FLIGHT (256), so
+# that requests wait in the server (or are refused 429 busy by it), not
+# for a free connection in the generator.
+OPEN_CONNS=${OPEN_CONNS:-512}
 CYCLE_USERS=${CYCLE_USERS:-40000}
 USERS=${USERS:-100000} # users logged in before the first path that needs a user a request
 PAUSE=${PAUSE:-2}      # seconds between runs, for the server to settle
@@ -209,18 +216,18 @@ open_loop() {
 	timeout 900 "$WORK/openloop" -url "http://$SERVER_ADDR$url" -method POST -rate "$rate" \
 		-warmup "$WARMUP" -duration "$DURATION" -conns "$OPEN_CONNS" -tokens "$tokens" "${flags[@]}" -json >"$json"
 	jq -r --arg path "$path" --arg peak "$peak" --arg f "$f" '
-		[$path, $peak, $f, .rate, .achieved_rate, (.latency_ms | .p50, .p99, .["p99.9"], .max), .send_lag_ms.p99,
+		[$path, $peak, $f, .rate, .achieved_rate, (.latency_ms | .p50, .p99, .["p99.9"], .max), .send_lag_ms.p99, .queued,
 		 ([.statuses, (.errors // {}) | to_entries[] | "\(.key):\(.value)"]
 		  + (if .unsent > 0 then ["unsent:\(.unsent)"] else [] end) | join(" "))]
 		| @tsv' "$json" |
-		awk -F'\t' '{ printf "%-16s %7d %4s %7d %8.0f %8.2f %8.2f %8.2f %8.2f %8.2f  %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }'
+		awk -F'\t' '{ printf "%-16s %7d %4s %7d %8.0f %8.2f %8.2f %8.2f %8.2f %8.2f %7d  %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }'
 	settle "$path"
 }
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "server: $server_desc"
 echo "peak: wrk -t$THREADS -c$CONNS -d$PEAK_DURATION; open loop: openloop -conns $OPEN_CONNS -warmup $WARMUP -duration $DURATION at $FRACTIONS of the peak"
-printf '%-16s %7s %4s %7s %8s %8s %8s %8s %8s %8s  %s\n' path peak f rate achieved p50 p99 p99.9 max lag-p99 statuses
+printf '%-16s %7s %4s %7s %8s %8s %8s %8s %8s %8s %7s  %s\n' path peak f rate achieved p50 p99 p99.9 max lag-p99 queued statuses
 for path in "${paths[@]}"; do
 	mode=$(mode_of "$path")
 	if [[ $mode != "$running" ]]; then

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command openloop is the project's open-loop load generator: it sends
 // requests at a fixed rate whatever the server answers, and times each one
 // from when it was due, not from when it was written (wrk2's rule), so
@@ -10,16 +12,17 @@
 //	openloop -url http://127.0.0.1:18100/seckill/3 -method POST -rate 10000 \
 //	  -duration 10s -warmup 2s -conns 128 -tokens /tmp/tokens.txt -json
 //
-// Request i is due at start + i/rate. A pacer hands each request out as it
-// falls due (sleeping with nanosleep(2): Go's own timers wake an idle
-// program a millisecond late); each keep-alive connection, once free,
-// takes the next, writes it and reads the answer. A request due while
-// every connection waits for an answer goes out late on the first one
-// free and still counts from its due time (the report counts the late
-// ones). Requests are rendered to bytes before the run, written by hand
-// and their answers read with bufio: the standard HTTP client could not
-// send more than about 10,000 requests a second on the project's 2-core
-// machine while sharing it with the server, a loop like this one 40,000.
+// Request i is due at start + i/rate. A keep-alive connection, once free,
+// takes the next request due, writes it and waits for the answer. A
+// request due while every connection waits for an answer goes out late on
+// the first one free and still counts from its due time (the report counts
+// the late ones). Requests are rendered to bytes before the run; the
+// connections are non-blocking sockets that an event loop (epoll, as in
+// wrk) writes and reads by hand, sleeping to the microsecond until the
+// next request is due. The standard HTTP client could not send more than
+// about 10,000 requests a second on the project's 2-core machine while
+// sharing it with the server; a goroutine a connection sent 40,000 but
+// cost 14-24 µs of CPU a request, the loop 11-14 (Linux only).
 //
 // With -tokens, request i carries "Authorization: Bearer" and the file's
 // token i (one a line, as loadtest/tokens writes them), round the file, so
@@ -33,9 +36,11 @@
 // rank over every answer's latency, each measured to the nanosecond), as a
 // line of text or, with -json, one JSON object. Errors (no answer) have no
 // latency and are counted apart. The send lag, from due to the write, is
-// the generator's own part of each latency: on a loaded machine its
-// sleeps overshoot, and a tail of the lag near the latency's says the
-// figure is the generator's, not the server's.
+// the part of each latency spent before the server saw the request: the
+// wait for a free connection (those requests are counted as queued) and
+// the generator's own lateness (on a loaded machine its wake-ups come
+// late). A tail of the lag near the latency's with few queued says the
+// figure is the generator's or the machine's, not the server's.
 package main
 
 import (
@@ -89,6 +94,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	duration := fs.Duration("duration", 10*time.Second, "the measured window, after the warm-up")
 	warmup := fs.Duration("warmup", 2*time.Second, "sent at the same rate first and not counted")
 	conns := fs.Int("conns", 64, "keep-alive connections")
+	loops := fs.Int("loops", 1, "event loops (threads) sharing the connections")
 	var headers headerFlags
 	fs.Var(&headers, "H", `a header, "Name: value" (repeatable)`)
 	body := fs.String("body", "", "request body; @file reads it from file")
@@ -103,8 +109,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *rate <= 0 || math.IsInf(*rate, 0) || *duration <= 0 || *warmup < 0 || *conns <= 0 || *timeout <= 0 {
-		return errors.New("-rate, -duration, -conns and -timeout must be positive, -warmup not negative")
+	if *rate <= 0 || math.IsInf(*rate, 0) || *duration <= 0 || *warmup < 0 || *conns <= 0 || *loops <= 0 || *timeout <= 0 {
+		return errors.New("-rate, -duration, -conns, -loops and -timeout must be positive, -warmup not negative")
 	}
 	if *unique && *tokens == "" {
 		return errors.New("-unique needs -tokens")
@@ -128,7 +134,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 	p := &plan{
 		addr: hostPort(u), head: strings.EqualFold(*method, "HEAD"),
-		rate: *rate, warmup: *warmup, duration: *duration, conns: *conns, timeout: *timeout, late: *late,
+		rate: *rate, warmup: *warmup, duration: *duration, conns: *conns, loops: *loops, timeout: *timeout, late: *late,
 	}
 	if *unique && int64(len(toks)) < p.count() {
 		return fmt.Errorf("-unique: %d tokens in %s for %d requests (rate × (warm-up + duration))", len(toks), *tokens, p.count())
@@ -198,26 +204,30 @@ func render(method string, u *url.URL, headers []string, body []byte, tokens []s
 
 // report is what a run prints, as JSON or as one line.
 type report struct {
-	Method      string         `json:"method"`
-	URL         string         `json:"url"`
-	Rate        float64        `json:"rate"`       // asked for, requests a second
-	Duration    float64        `json:"duration_s"` // the measured window
-	Warmup      float64        `json:"warmup_s"`
-	Connections int            `json:"connections"`
-	Due         int            `json:"due"`      // requests due in the window
-	Sent        int            `json:"sent"`     // of those, written
-	Answered    int            `json:"answered"` // of those, answered (any status)
-	Achieved    float64        `json:"achieved_rate"`
-	Late        int            `json:"late"` // written more than late_after_ms after due
+	Method      string  `json:"method"`
+	URL         string  `json:"url"`
+	Rate        float64 `json:"rate"`       // asked for, requests a second
+	Duration    float64 `json:"duration_s"` // the measured window
+	Warmup      float64 `json:"warmup_s"`
+	Connections int     `json:"connections"`
+	Due         int     `json:"due"`      // requests due in the window
+	Sent        int     `json:"sent"`     // of those, written
+	Answered    int     `json:"answered"` // of those, answered (any status)
+	Achieved    float64 `json:"achieved_rate"`
+	Late        int     `json:"late"` // written more than late_after_ms after due
+	// Queued were due while every connection was busy and waited for one
+	// (the server's answers, not the generator's pace): more -conns, or a
+	// server at its limit.
+	Queued      int            `json:"queued"`
 	LateAfterMS float64        `json:"late_after_ms"`
 	Unsent      int            `json:"unsent"`
 	Statuses    map[string]int `json:"statuses"`
 	Errors      map[string]int `json:"errors"`
 	Latency     latencies      `json:"latency_ms"`
-	// SendLag is the generator's own lateness, from due to the write,
-	// part of every latency above: where its tail nears the latency's,
-	// the figure measures the generator (or the machine it shares), not
-	// the server.
+	// SendLag is from due to the write, part of every latency above: the
+	// wait for a free connection (see Queued) and the generator's own
+	// lateness. A tail near the latency's with few queued says the figure
+	// is the generator's (or the machine's), not the server's.
 	SendLag latencies `json:"send_lag_ms"`
 }
 
@@ -237,7 +247,7 @@ func newReport(method, target string, p *plan, o *outcome) report {
 		Method: strings.ToUpper(method), URL: target, Rate: p.rate,
 		Duration: p.duration.Seconds(), Warmup: p.warmup.Seconds(), Connections: p.conns,
 		Due:  int(p.count() - p.firstMeasured()),
-		Sent: o.sent, Answered: len(o.latencies), Late: o.late, LateAfterMS: ms(p.late), Unsent: o.unsent,
+		Sent: o.sent, Answered: len(o.latencies), Late: o.late, Queued: o.queued, LateAfterMS: ms(p.late), Unsent: o.unsent,
 		Statuses: map[string]int{}, Errors: o.errors,
 	}
 	for s, n := range o.statuses {
@@ -284,8 +294,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // line is the report as one line of text.
 func (r report) line() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s at %.0f/s for %gs (warm-up %gs, %d conns): %d due, %d sent, %d answered, %.0f/s achieved, %d late (>%gms), %d unsent; statuses",
-		r.Method, r.URL, r.Rate, r.Duration, r.Warmup, r.Connections, r.Due, r.Sent, r.Answered, r.Achieved, r.Late, r.LateAfterMS, r.Unsent)
+	fmt.Fprintf(&b, "%s %s at %.0f/s for %gs (warm-up %gs, %d conns): %d due, %d sent, %d answered, %.0f/s achieved, %d late (>%gms), %d queued for a connection, %d unsent; statuses",
+		r.Method, r.URL, r.Rate, r.Duration, r.Warmup, r.Connections, r.Due, r.Sent, r.Answered, r.Achieved, r.Late, r.LateAfterMS, r.Queued, r.Unsent)
 	b.WriteString(counts(r.Statuses))
 	if len(r.Errors) > 0 {
 		b.WriteString("; errors")

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -86,8 +88,8 @@ func TestStallShowsInTheTail(t *testing.T) {
 			slow++
 		}
 	}
-	t.Logf("p50 %v p99 %v p99.9 %v max %v; %d answers >= 100 ms, %d late", percentile(o.latencies, 50),
-		percentile(o.latencies, 99), p999, o.latencies[len(o.latencies)-1], slow, o.late)
+	t.Logf("p50 %v p99 %v p99.9 %v max %v; %d answers >= 100 ms, %d late, %d queued", percentile(o.latencies, 50),
+		percentile(o.latencies, 99), p999, o.latencies[len(o.latencies)-1], slow, o.late, o.queued)
 	if p999 < 180*time.Millisecond {
 		t.Errorf("p99.9 %v: the 200 ms stall does not show", p999)
 	}
@@ -96,8 +98,8 @@ func TestStallShowsInTheTail(t *testing.T) {
 	if slow < 40 {
 		t.Errorf("%d answers took 100 ms or more, want about 200: requests due during the stall were timed from when they were written", slow)
 	}
-	if o.late < 100 {
-		t.Errorf("%d requests late, want the ~400 due during the stall", o.late)
+	if o.late < 100 || o.queued < 100 {
+		t.Errorf("%d requests late, %d queued for a connection, want the ~400 due during the stall", o.late, o.queued)
 	}
 }
 
@@ -198,6 +200,31 @@ func TestErrorsCountedApart(t *testing.T) {
 	if o.statuses[200] != 450 || o.errors["closed"] != 50 || len(o.latencies) != 450 || o.sent != 500 {
 		t.Errorf("statuses %v errors %v answered %d sent %d, want 450 200s and 50 closed of 500 sent",
 			o.statuses, o.errors, len(o.latencies), o.sent)
+	}
+}
+
+// TestTimeoutsAndBodiesToTheClose: a request unanswered past the timeout
+// is an error and its connection is dialed again; an answer without a
+// length ends when the server closes and is counted.
+func TestTimeoutsAndBodiesToTheClose(t *testing.T) {
+	u := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Authorization") {
+		case "Bearer slow":
+			time.Sleep(time.Second)
+		case "Bearer raw":
+			c, rw, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				rw.WriteString("HTTP/1.1 202 Accepted\r\n\r\nthe body, to the close")
+				rw.Flush()
+				c.Close()
+			}
+		}
+	})
+	p := newPlan(u, 100, 0, time.Second, 8, "a", "slow", "raw", "a")
+	p.timeout = 300 * time.Millisecond
+	o := runPlan(t, p)
+	if o.errors["timeout"] != 25 || o.statuses[200] != 50 || o.statuses[202] != 25 || o.sent != 100 {
+		t.Errorf("statuses %v errors %v sent %d; want 50 200s, 25 202s and 25 timeouts of 100 sent", o.statuses, o.errors, o.sent)
 	}
 }
 

@@ -1,19 +1,17 @@
+//go:build linux
+
 package main
 
 import (
-	"bufio"
 	"errors"
-	"io"
-	"strings"
 	"testing"
 )
 
-// after is a second response behind each case's, on the same connection:
-// a case that may keep its connection must leave the reader just before
-// it.
+// after is a second response behind each case's on the same connection:
+// where a case's response ends, this one must start.
 const after = "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
 
-func TestReadResponse(t *testing.T) {
+func TestParseResponse(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		head   bool
@@ -32,57 +30,50 @@ func TestReadResponse(t *testing.T) {
 		{name: "HEAD has no body", head: true, in: "HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n", status: 200, keep: true},
 		{name: "malformed status", in: "HTTP/2 200\r\n\r\n", err: errMalformed},
 		{name: "malformed length", in: "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", err: errMalformed},
-		{name: "cut short", in: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", err: io.EOF},
+		{name: "malformed chunk", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", err: errMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := tc.in
-			if tc.err == nil {
-				in += after
-			}
-			r := bufio.NewReader(strings.NewReader(in))
-			status, keep, err := readResponse(r, tc.head)
+			buf := []byte(tc.in + after)
+			r, err := parseResponse(buf, tc.head)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("err %v, want %v", err, tc.err)
 				}
 				return
 			}
-			if err != nil || status != tc.status || keep != tc.keep {
-				t.Fatalf("status %d keep %v err %v, want %d %v", status, keep, err, tc.status, tc.keep)
+			if err != nil || r.size != len(tc.in) || r.status != tc.status || r.keep != tc.keep || r.toClose {
+				t.Fatalf("%+v, %v; want size %d status %d keep %v", r, err, len(tc.in), tc.status, tc.keep)
 			}
-			if keep {
-				if status, _, err := readResponse(r, false); err != nil || status != 201 {
-					t.Errorf("the next response: %d %v, want 201: this one was not read to its end", status, err)
+			// Every shorter prefix is not whole yet.
+			for n := range len(tc.in) {
+				if r, err := parseResponse(buf[:n], tc.head); err != nil || r.size != 0 {
+					t.Fatalf("the first %d bytes: %+v, %v; want not whole", n, r, err)
 				}
+			}
+			if r, err := parseResponse(buf[r.size:], false); err != nil || r.status != 201 {
+				t.Errorf("the next response: %+v %v, want 201", r, err)
 			}
 		})
 	}
 }
 
 // Without a length the body runs to the end of the connection.
-func TestReadResponseToClose(t *testing.T) {
-	r := bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\n\r\nall of it"))
-	status, keep, err := readResponse(r, false)
-	if err != nil || status != 200 || keep {
-		t.Fatalf("status %d keep %v err %v, want 200, not kept", status, keep, err)
-	}
-	if n, _ := r.Read(make([]byte, 1)); n != 0 {
-		t.Error("the body was not read to the end")
+func TestParseResponseToClose(t *testing.T) {
+	head := "HTTP/1.1 200 OK\r\n\r\n"
+	r, err := parseResponse([]byte(head+"all of it"), false)
+	if err != nil || r.status != 200 || r.keep || !r.toClose || r.size != len(head) {
+		t.Fatalf("%+v, %v; want 200 to the close, not kept", r, err)
 	}
 }
 
-// BenchmarkReadResponse: reading an answer allocates nothing.
-func BenchmarkReadResponse(b *testing.B) {
-	resp := "HTTP/1.1 409 Conflict\r\nContent-Type: application/json; charset=utf-8\r\nDate: Sat, 28 Nov 2026 13:00:00 GMT\r\nContent-Length: 46\r\n\r\n" +
-		`{"error":{"code":"sold_out","message":"gone"}}`
-	src := strings.NewReader(resp)
-	r := bufio.NewReader(src)
+// BenchmarkParseResponse: parsing an answer allocates nothing.
+func BenchmarkParseResponse(b *testing.B) {
+	resp := []byte("HTTP/1.1 409 Conflict\r\nContent-Type: application/json; charset=utf-8\r\nDate: Sat, 28 Nov 2026 13:00:00 GMT\r\nContent-Length: 46\r\n\r\n" +
+		`{"error":{"code":"sold_out","message":"gone"}}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		src.Reset(resp)
-		r.Reset(src)
-		if _, _, err := readResponse(r, false); err != nil {
-			b.Fatal(err)
+		if r, err := parseResponse(resp, false); err != nil || r.size != len(resp) {
+			b.Fatal(r, err)
 		}
 	}
 }
