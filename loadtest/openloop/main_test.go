@@ -228,6 +228,41 @@ func TestTimeoutsAndBodiesToTheClose(t *testing.T) {
 	}
 }
 
+// TestLargeBodiesAndIdleCloses: a body larger than the socket takes at
+// once is written in pieces as the socket drains, and connections the
+// server closes while idle are dialed again for the next request, not
+// counted as errors.
+func TestLargeBodiesAndIdleCloses(t *testing.T) {
+	const size = 8 << 20
+	var mu sync.Mutex
+	bodies := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		if n != size {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		bodies++
+		mu.Unlock()
+	}))
+	srv.Config.IdleTimeout = 30 * time.Millisecond // shorter than a connection waits between requests
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPlan(u, 10, 0, time.Second, 2)
+	p.requests = render("POST", u, nil, bytes.Repeat([]byte("x"), size), nil)
+	o := runPlan(t, p)
+	mu.Lock()
+	defer mu.Unlock()
+	if o.statuses[200] != 10 || len(o.errors) != 0 || bodies != 10 {
+		t.Errorf("statuses %v errors %v, %d whole bodies; want 10 answered 200, each body whole", o.statuses, o.errors, bodies)
+	}
+}
+
 // TestUniqueTokens: with -unique every request carries a token of its
 // own, and a file too short for the run is refused before anything is
 // sent.
