@@ -56,7 +56,7 @@ type outcome struct {
 	start      time.Time       // the schedule's zero: request 0 was due then
 	window     time.Time       // when the first measured request was due
 	lastAnswer time.Time       // when the last measured answer was read
-	latencies  []time.Duration // of every measured answer, from when it was due; sorted
+	latencies  []time.Duration // of every measured answer, from when it was due, and of each timed out or unsent request until it was given up; sorted
 	lags       []time.Duration // of every measured request written, from due to the write; sorted
 	statuses   map[int]int
 	errors     map[string]int // by kind: no answer, so no latency
@@ -183,9 +183,9 @@ func (s *schedule) take(now time.Time) (int64, bool) {
 
 // abandon takes every request left and tells how many of them were
 // measured: the run stopped before they were sent.
-func (s *schedule) abandon() int64 {
+func (s *schedule) abandon() (from, to int64) {
 	i := s.next.Swap(s.total)
-	return max(0, s.total-max(i, s.first))
+	return min(max(i, s.first), s.total), s.total
 }
 
 // A loop is one thread's connections and its epoll instance.
@@ -307,7 +307,14 @@ func (l *loop) serve(ctx context.Context, s *schedule) {
 	for {
 		now := time.Now()
 		if now.After(s.stop) || ctx.Err() != nil {
-			l.t.unsent += int(s.abandon())
+			from, to := s.abandon()
+			l.t.unsent += int(to - from)
+			// Never sent: waited at least until now. Counted in the
+			// latencies at that, so that a server that stalled the run's
+			// end does not leave the tail looking short.
+			for i := from; i < to; i++ {
+				l.t.latencies = append(l.t.latencies, now.Sub(l.p.due(s.start, i)))
+			}
 		}
 		for len(l.idle) > 0 {
 			i, ok := s.take(now)
@@ -472,11 +479,17 @@ func (l *loop) done(c *conn, s *schedule, status int, keep bool) {
 	l.free(c)
 }
 
-// fail counts c's request as an error of kind, without latency, closes c
-// and frees it.
+// fail counts c's request as an error of kind, closes c and frees it. A
+// request that timed out is counted in the latencies too, at the time it
+// was given up (a lower bound of what it would have waited): left out, the
+// slowest requests would vanish from the tail exactly when the server
+// stalls. Other errors (a connection reset) have no latency to speak of.
 func (l *loop) fail(c *conn, s *schedule, kind string) {
 	if c.i >= s.first {
 		l.t.errors[kind]++
+		if kind == "timeout" {
+			l.t.latencies = append(l.t.latencies, time.Since(c.due))
+		}
 	}
 	l.hangUp(c)
 	l.free(c)

@@ -223,7 +223,11 @@ type report struct {
 	Unsent      int            `json:"unsent"`
 	Statuses    map[string]int `json:"statuses"`
 	Errors      map[string]int `json:"errors"`
-	Latency     latencies      `json:"latency_ms"`
+	// GivenUp is the requests timed out or never sent, counted in Latency
+	// at the time they were given up: above zero, the percentiles they
+	// reach are lower bounds.
+	GivenUp int       `json:"given_up"`
+	Latency latencies `json:"latency_ms"`
 	// SendLag is from due to the write, part of every latency above: the
 	// wait for a free connection (see Queued) and the generator's own
 	// lateness. A tail near the latency's with few queued says the figure
@@ -247,11 +251,12 @@ func newReport(method, target string, p *plan, o *outcome) report {
 		Method: strings.ToUpper(method), URL: target, Rate: p.rate,
 		Duration: p.duration.Seconds(), Warmup: p.warmup.Seconds(), Connections: p.conns,
 		Due:  int(p.count() - p.firstMeasured()),
-		Sent: o.sent, Answered: len(o.latencies), Late: o.late, Queued: o.queued, LateAfterMS: ms(p.late), Unsent: o.unsent,
-		Statuses: map[string]int{}, Errors: o.errors,
+		Sent: o.sent, Late: o.late, Queued: o.queued, LateAfterMS: ms(p.late), Unsent: o.unsent,
+		Statuses: map[string]int{}, Errors: o.errors, GivenUp: o.errors["timeout"] + o.unsent,
 	}
 	for s, n := range o.statuses {
 		r.Statuses[strconv.Itoa(s)] = n
+		r.Answered += n
 	}
 	// Answers over the span from the first measured request's due time
 	// to the last answer: the rate the server kept up with.
@@ -283,10 +288,11 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	// The epsilon keeps float error from rounding up a whole rank
-	// (99.9% of 1,000 is 999.0000000000001 in float64).
-	k := int(math.Ceil(q/100*float64(len(sorted)) - 1e-9))
-	return sorted[min(max(k, 1), len(sorted))-1]
+	// In whole numbers, thousandths of a percent: a float rank rounds up
+	// a whole rank now and then (99.9% of 1,000 is 999.0000000000001).
+	n, q1000 := int64(len(sorted)), int64(math.Round(q*1000))
+	k := (q1000*n + 100_000 - 1) / 100_000
+	return sorted[min(max(k, 1), n)-1]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -303,6 +309,9 @@ func (r report) line() string {
 	}
 	l := r.Latency
 	fmt.Fprintf(&b, "; latency ms p50 %.2f p90 %.2f p99 %.2f p99.9 %.2f max %.2f mean %.2f", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
+	if r.GivenUp > 0 {
+		fmt.Fprintf(&b, " (with %d given up, counted when given up: lower bounds)", r.GivenUp)
+	}
 	g := r.SendLag
 	fmt.Fprintf(&b, "; send lag ms p50 %.2f p99 %.2f p99.9 %.2f max %.2f", g.P50, g.P99, g.P999, g.Max)
 	return b.String()

@@ -226,6 +226,11 @@ func TestTimeoutsAndBodiesToTheClose(t *testing.T) {
 	if o.errors["timeout"] != 25 || o.statuses[200] != 50 || o.statuses[202] != 25 || o.sent != 100 {
 		t.Errorf("statuses %v errors %v sent %d; want 50 200s, 25 202s and 25 timeouts of 100 sent", o.statuses, o.errors, o.sent)
 	}
+	// The timeouts are in the tail, at the time they were given up: the
+	// slowest quarter waited at least the timeout.
+	if n := len(o.latencies); n != 100 || o.latencies[n-25] < p.timeout {
+		t.Errorf("%d latencies, the 76th %v; want 100, the slowest 25 at least %v", n, o.latencies[max(n-25, 0)], p.timeout)
+	}
 }
 
 // TestLargeBodiesAndIdleCloses: a body larger than the socket takes at
