@@ -93,12 +93,25 @@ func (h *Handler) Place(c *gin.Context) {
 }
 
 func (h *Handler) answerPlace(c *gin.Context, sale *Sale, user int64) {
-	p, err := h.store.Place(c.Request.Context(), *sale, user)
+	snap, err := h.read(c.Request.Context(), sale, user)
 	if err != nil {
 		web.Error(c, h.log, err)
 		return
 	}
-	web.JSON(c, http.StatusOK, p)
+	web.JSON(c, http.StatusOK, snap.place(*sale))
+}
+
+// read reads user's place in sale's room. If Redis lost the voucher's
+// keys, it puts the stock back from MySQL first, as a join does: a lost
+// stock key read as 0 would tell every waiter sold out.
+func (h *Handler) read(ctx context.Context, sale *Sale, user int64) (snapshot, error) {
+	snap, err := h.store.read(ctx, *sale, itoa(user))
+	if errors.Is(err, ErrStockMissing) {
+		if err = h.restock(ctx, sale.VoucherID); err == nil {
+			snap, err = h.store.read(ctx, *sale, itoa(user))
+		}
+	}
+	return snap, err
 }
 
 // heartbeat: a stream sends the place at least this often, changed or
@@ -134,7 +147,7 @@ func (h *Handler) Events(c *gin.Context) {
 		return
 	}
 	defer leave()
-	snap, err := h.store.read(ctx, *sale, itoa(user))
+	snap, err := h.read(ctx, sale, user)
 	if err != nil {
 		web.Error(c, h.log, err)
 		return

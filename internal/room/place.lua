@@ -15,7 +15,8 @@
 --   ordered  whether the user holds an order
 --
 -- Returns {state, number, serving, until, free, total, now}:
---   state   'none', 'waiting', 'admitted', 'expired' or 'ordered'
+--   state   'none', 'waiting', 'admitted', 'expired' or 'ordered'; or
+--           'missing' when the voucher's stock key is (the rest is void)
 --   number  the user's number; -1 while it is not drawn yet
 --   serving the highest number admitted so far
 --   until   the end of the user's hold, in ms (-1: none)
@@ -41,8 +42,13 @@ local function place(now, user, begin, known)
   local r = known.room or room()
   local free = known.free
   if free == nil then
-    local stock = tonumber(redis.call('GET', KEYS[6]) or '0')
-    free = stock - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+    local stock = redis.call('GET', KEYS[6])
+    if not stock then
+      -- Redis lost the voucher's keys: no figure at all, rather than a
+      -- stock of 0 that would tell every waiter sold out.
+      return {'missing', -1, 0, -1, 0, 0, now}
+    end
+    free = tonumber(stock) - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
   end
   local state, number, untilMs = 'none', -1, -1
   if user ~= '' then

@@ -3,6 +3,7 @@ package room_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
 	"strconv"
@@ -364,5 +365,25 @@ func TestTakeOnlyAdmitted(t *testing.T) {
 	// User 2 holds the other unit: never told sold out.
 	if _, res, _ := stocks.TakeAdmitted(ctx, r.sale.VoucherID, 2); res != stock.Taken {
 		t.Errorf("the second admitted buyer: %v, want taken", res)
+	}
+}
+
+// A room whose stock key Redis lost (restarted empty, a failover that
+// dropped recent writes) answers no figures rather than a stock of 0: read
+// as 0, every waiter would have been told sold out until a reload.
+func TestPlaceWithTheStockLost(t *testing.T) {
+	r := newRig(t, 5, 1, -time.Second, time.Minute)
+	ctx := context.Background()
+	if _, err := r.store.Join(ctx, r.sale, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.Del(ctx, stock.KeysOf(r.sale.VoucherID).Stock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.store.Place(ctx, r.sale, 1); !errors.Is(err, room.ErrStockMissing) {
+		t.Errorf("a waiter's place with the stock key gone: %+v, %v; want ErrStockMissing", p, err)
+	}
+	if v, err := r.store.View(ctx, r.sale); !errors.Is(err, room.ErrStockMissing) {
+		t.Errorf("the room's figures with the stock key gone: %+v, %v; want ErrStockMissing", v, err)
 	}
 }

@@ -148,6 +148,9 @@ func (s *Store) read(ctx context.Context, sale Sale, userID string) (snapshot, e
 	if err == nil {
 		var snap snapshot
 		if snap, err = snapshotOf(v); err == nil {
+			if snap.state == "missing" {
+				return snapshot{}, ErrStockMissing
+			}
 			return snap, nil
 		}
 	}
