@@ -86,6 +86,7 @@ func oldServerBinary(t *testing.T, commit string) string {
 // switch's own: every call is answered, and the answer is judged.
 type rollout struct {
 	st    stack
+	async bool              // SECKILL_MODE=async: the webhook's 503 for a pending order is the contract's
 	extra []string          // the instances' environment besides st's
 	bins  map[string]string // version -> its binary
 
@@ -138,7 +139,7 @@ func (r *rollout) via(kind string, call func(base string) (reply, error)) (reply
 	r.mu.Lock()
 	s.inflight--
 	r.heard = append(r.heard, heard{kind: kind, version: s.version, switching: r.switching,
-		status: rep.Status, code: rep.Code(), broke: breach(kind, rep, err)})
+		status: rep.Status, code: rep.Code(), broke: breach(kind, r.async, rep, err)})
 	r.mu.Unlock()
 	return rep, err
 }
@@ -217,17 +218,18 @@ func (r *rollout) announced(t *testing.T, i int) {
 }
 
 // breach says how an answer to a call of kind breaks docs/api.md, or ""
-// if it does not. Every call may be answered 503 unavailable (MySQL or
-// Redis cannot be reached; the webhook's pending order) or 429 busy; the
-// test counts those apart. Nothing else is allowed but what the contract
-// lists for that call in the sale's situation: tokens valid, the voucher
-// on sale, orders that exist.
-func breach(kind string, r reply, err error) string {
+// if it does not. Nothing is allowed but what the contract lists for that
+// call in the sale's situation: tokens valid, the voucher on sale, orders
+// that exist, MySQL and Redis up, and one request at a time per buyer.
+// So no 503 (nothing is down) but the webhook's for an order still
+// pending, in async mode, with Retry-After; and no 429 busy (no buyer has
+// two requests in progress, and no rate limit is reached).
+func breach(kind string, async bool, r reply, err error) string {
 	if err != nil {
 		return "no answer: " + err.Error()
 	}
 	code := r.Code()
-	if r.Status == http.StatusServiceUnavailable && code == "unavailable" || r.Status == http.StatusTooManyRequests && code == "busy" {
+	if kind == "webhook" && async && r.Status == http.StatusServiceUnavailable && code == "unavailable" && r.Header.Get("Retry-After") != "" {
 		return ""
 	}
 	status, refund := r.Str("status"), r.Body["refund"] == true
@@ -265,7 +267,22 @@ type sale struct {
 	lives sync.WaitGroup // the lives of the orders taken
 
 	mu   sync.Mutex
-	want map[string]string // order ID -> its status at rest, by what its buyer did
+	want map[string]fate // order ID -> what it must be at rest, by what its buyer did
+	// The contract's answers other than the plain one, counted apart:
+	// payments made at once and refused because the order was still
+	// pending when its deadline passed (async), and buyers' cancels
+	// answered with the deadline's cancel because it came first.
+	lateWritten, cancelLate int
+}
+
+// fate is an order's status at rest, and its cancel_reason if cancelled.
+type fate struct{ status, reason string }
+
+func (f fate) String() string {
+	if f.reason == "" {
+		return f.status
+	}
+	return f.status + " (" + f.reason + ")"
 }
 
 // until sends a call through the rollout until it is answered otherwise
@@ -299,37 +316,73 @@ func (s *sale) buyer(t *testing.T, i int, u user) {
 
 // life is what buyer i does with order id: buyers 0 and 1 of every five
 // pay at once (and 1 then asks for a refund), 2 cancels, 3 lets it expire,
-// 4 lets it expire and pays late. It records the status the order must
-// have at rest.
+// 4 lets it expire and pays late. It checks the answers it gets, and
+// records what the order must be at rest.
 func (s *sale) life(t *testing.T, i int, u user, id string) {
 	oid, _ := strconv.ParseInt(id, 10, 64)
-	pay := func() reply {
+	// pay delivers the payment until it is answered otherwise than 503, and
+	// says how many 503s came first and when the last answer came.
+	pay := func() (r reply, pending int, at time.Time) {
 		e := payment.Event{ID: fmt.Sprintf("evt_%d", oid), OrderID: oid, Amount: s.price}
-		return s.until("webhook", func(base string) (reply, error) { return webhook(base, e) })
+		r = s.until("webhook", func(base string) (reply, error) {
+			rep, err := webhook(base, e)
+			if rep.Status == http.StatusServiceUnavailable {
+				pending++
+			}
+			return rep, err
+		})
+		return r, pending, time.Now()
 	}
-	want := "cancelled"
+	payBy := func(r reply) time.Time { at, _ := time.Parse(time.RFC3339Nano, r.Str("pay_by")); return at }
+	want := fate{"cancelled", "timeout"}
 	switch i % 5 {
 	case 0, 1:
-		if r := pay(); r.Str("status") == "paid" && r.Body["refund"] == nil {
-			want = "paid"
-		} else {
-			t.Logf("order %d paid at once was not kept: %d %s", oid, r.Status, r.Raw)
+		r, pending, at := pay()
+		deadline := payBy(s.order(u, id))
+		switch {
+		case r.Status == http.StatusOK && r.Str("status") == "paid" && r.Body["refund"] == nil:
+			want = fate{"paid", ""}
+		case s.r.async && r.Status == http.StatusOK && r.Str("status") == "cancelled" && r.Body["refund"] == true &&
+			pending > 0 && !deadline.IsZero() && at.After(deadline):
+			// The contract's case: answered 503 while pending, and the
+			// deadline passed before the order was written and the event
+			// could be applied. The order is cancelled by its deadline.
+			s.mu.Lock()
+			s.lateWritten++
+			s.mu.Unlock()
+		default:
+			t.Errorf("order %d paid at once, %d answers 503 first, last answer %s before its deadline %s: %d %s, want paid (or, async, cancelled with refund once its deadline passed while it was pending)",
+				oid, pending, deadline.Sub(at).Round(time.Millisecond), deadline.Format(time.RFC3339Nano), r.Status, r.Raw)
 		}
-		if want == "paid" && i%5 == 1 {
+		if want.status == "paid" && i%5 == 1 {
 			s.until("refund", func(base string) (reply, error) { return call("POST", base+"/orders/"+id+"/refund", u.Token, nil) })
-			want = "refunded"
+			want = fate{"refunded", ""}
 		}
 	case 2:
-		s.until("cancel", func(base string) (reply, error) { return call("POST", base+"/orders/"+id+"/cancel", u.Token, nil) })
+		r := s.until("cancel", func(base string) (reply, error) { return call("POST", base+"/orders/"+id+"/cancel", u.Token, nil) })
+		at := time.Now()
+		want = fate{"cancelled", "buyer"}
+		switch {
+		case r.Status == http.StatusOK && r.Str("status") == "cancelled" && r.Str("cancel_reason") == "buyer":
+		case r.Status == http.StatusOK && r.Str("status") == "cancelled" && r.Str("cancel_reason") == "timeout" &&
+			!payBy(r).IsZero() && at.After(payBy(r)):
+			// Already cancelled by its deadline (async: written too late):
+			// the contract's 200 with the order, nothing changed twice.
+			want.reason = "timeout"
+			s.mu.Lock()
+			s.cancelLate++
+			s.mu.Unlock()
+		default:
+			t.Errorf("order %d cancelled by its buyer: %d %s, want 200 cancelled with cancel_reason buyer (or timeout once its pay_by passed)", oid, r.Status, r.Raw)
+		}
 	case 4:
 		// Its deadline, once it is written (async: pending until then).
-		var payBy time.Time
-		for deadline := time.Now().Add(20 * time.Second); payBy.IsZero() && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			r := s.order(u, id)
-			payBy, _ = time.Parse(time.RFC3339Nano, r.Str("pay_by"))
+		var deadline time.Time
+		for until := time.Now().Add(20 * time.Second); deadline.IsZero() && time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+			deadline = payBy(s.order(u, id))
 		}
-		time.Sleep(time.Until(payBy) + 1500*time.Millisecond)
-		if r := pay(); r.Status != http.StatusOK || r.Str("status") != "cancelled" || r.Body["refund"] != true {
+		time.Sleep(time.Until(deadline) + 1500*time.Millisecond)
+		if r, _, _ := pay(); r.Status != http.StatusOK || r.Str("status") != "cancelled" || r.Body["refund"] != true {
 			t.Errorf("order %d paid 1.5s after its deadline: %d %s, want cancelled and refunded", oid, r.Status, r.Raw)
 		}
 	}
@@ -396,8 +449,9 @@ func (s *sale) stretch(t *testing.T, users []user, to string) {
 // figures logs the answers heard so far, and clears them: how many each
 // version gave while the instances were replaced (and how many units each
 // sold meanwhile), how many were 503s and 429s, and of which calls; and
-// it fails the test on any answer that broke the contract.
-func (r *rollout) figures(t *testing.T, what string) {
+// it fails the test on any answer that broke the contract, and unless
+// each of versions sold a unit while the instances were replaced.
+func (r *rollout) figures(t *testing.T, what string, versions ...string) {
 	t.Helper()
 	r.mu.Lock()
 	heard := r.heard
@@ -429,6 +483,11 @@ func (r *rollout) figures(t *testing.T, what string) {
 	if len(broke) > 0 {
 		t.Errorf("%d answers of %d broke the contract", len(broke), len(heard))
 	}
+	for _, v := range versions {
+		if sold[v] == 0 {
+			t.Errorf("%s: %s sold no unit while the instances were replaced (%d answers then)", what, v, during[v])
+		}
+	}
 }
 
 // tally prints counts by name, in the names' order.
@@ -449,8 +508,10 @@ func tally(m map[string]int) string {
 // lifecycle's invariants: stock + orders unpaid or paid = initial, one
 // order per user, Redis equal to MySQL, the voucher's counts equal to its
 // rows'; every 200 an order of its buyer's, in the status its buyer's
-// doing gives it, never both paid and cancelled; and nothing
-// dead-lettered. It returns the orders by status.
+// doing gives it, never both paid and cancelled, and, read through the
+// API, a cancelled one with the cancel_reason its buyer's doing gives it
+// (buyer or timeout) and no other with one; and nothing dead-lettered.
+// It returns the orders by status.
 func (s *sale) atRest(t *testing.T, mode, admin string, initial int) map[string]int {
 	t.Helper()
 	db, rdb := testenv.Open(t, s.r.st.DSN), testenv.Redis(t, s.r.st.RedisDB)
@@ -477,8 +538,14 @@ func (s *sale) atRest(t *testing.T, mode, admin string, initial int) map[string]
 			t.Errorf("order %s belongs to user %d, and was answered to user %s", id, st.Orders[id], u)
 		case row.paid && row.cancelled:
 			t.Errorf("order %s was paid and cancelled", id)
-		case row.status != s.want[id]:
+		case row.status != s.want[id].status:
 			t.Errorf("order %s is %s at rest, want %s", id, row.status, s.want[id])
+		}
+	}
+	reasons := s.reasons(t, admin, won)
+	for _, id := range won {
+		if w := s.want[id]; reasons[id] != w.reason {
+			t.Errorf("order %s at rest has cancel_reason %q, want %s", id, reasons[id], w)
 		}
 	}
 	if len(rows) != len(won) {
@@ -495,17 +562,42 @@ func (s *sale) atRest(t *testing.T, mode, admin string, initial int) map[string]
 	return byStatus
 }
 
+// reasons reads the cancel_reason of the orders won as the admin does,
+// from the instances in turn (around the rollout: these reads are not the
+// switch's).
+func (s *sale) reasons(t *testing.T, admin string, won map[string]string) map[string]string {
+	t.Helper()
+	out, k := map[string]string{}, 0
+	for _, id := range won {
+		base := s.r.slots[k%len(s.r.slots)].p.Base
+		k++
+		r := mustCall(t, "GET", base+"/orders/"+id, admin, nil)
+		if r.Status != http.StatusOK {
+			t.Errorf("GET /orders/%s as the admin: %d %s, want 200", id, r.Status, r.Raw)
+		}
+		if reason := r.Body["cancel_reason"]; reason != nil {
+			out[id] = fmt.Sprint(reason)
+		}
+	}
+	return out
+}
+
 // Three instances of the oldest supported version (oldestUpgradable) sell
 // a voucher in each mode, one MySQL database and one Redis database for
 // all; while they sell, they are replaced one by one with this version's
 // (SIGTERM, then the new instance, ready, in rotation), and then back
 // again, a rollback, while the sale goes on. As each instance is
 // replaced, the announcements of this version's (package fleet) count
-// them in Redis and on /readyz. After each switch, at rest:
-// the lifecycle's invariants, nothing dead-lettered, and no answer of
-// either version that broke the contract. The figures of each switch (the
-// answers of each version while it lasted, the 503s and 429s) are logged
-// for the release note.
+// them in Redis and on /readyz. Each version sells at least a unit while
+// the instances are replaced; every payment made at once is kept (async:
+// unless the order was still pending when its deadline passed), every
+// buyer's cancel answered 200 cancelled (buyer; timeout only once its
+// deadline passed). After each switch, at rest: the lifecycle's
+// invariants, each order's status and cancel_reason, nothing
+// dead-lettered, and no answer of either version that broke the contract,
+// no 503 but async's webhook for a pending order and no 429. The figures
+// of each switch (the answers of each version while it lasted, the 503s)
+// are logged for the release note.
 func TestRollingUpgrade(t *testing.T) {
 	testenv.Integration(t, "the server, built at two versions")
 	bins := map[string]string{oldestUpgradable: oldServerBinary(t, oldestUpgradable), head: serverBinary(t)}
@@ -521,12 +613,12 @@ func TestRollingUpgrade(t *testing.T) {
 			if err := testenv.Redis(t, st.RedisDB).FlushDB(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			r := &rollout{st: st, bins: bins, extra: []string{"SECKILL_MODE", mode.name}}
+			r := &rollout{st: st, bins: bins, async: mode.name == "async", extra: []string{"SECKILL_MODE", mode.name}}
 			r.start(t, oldestUpgradable, 3)
 			base := r.slots[0].p.Base
 			admin, _ := mustLogin(t, base, adminPhone)
 			const initial, price, payWithin = 100, 990, 5
-			s := &sale{r: r, price: price, want: map[string]string{},
+			s := &sale{r: r, price: price, want: map[string]fate{},
 				vid: createVoucher(t, base, admin, initial, time.Now().Add(-time.Minute), time.Now().Add(time.Hour),
 					"price", price, "pay_within", payWithin)}
 			for _, step := range []struct{ name, to string }{
@@ -537,9 +629,13 @@ func TestRollingUpgrade(t *testing.T) {
 				// Its buyers log in on the instances it begins with.
 				buyers := loginMany(t, r.slots[0].p.Base, 250)
 				s.stretch(t, buyers, step.to)
-				r.figures(t, fmt.Sprintf("%s from %s to %s", step.name, from, step.to))
+				r.figures(t, fmt.Sprintf("%s from %s to %s", step.name, from, step.to), from, step.to)
 				byStatus := s.atRest(t, mode.name, admin, initial)
-				t.Logf("%s at rest %s after it began: orders %s", step.name, time.Since(stepBegan).Round(time.Second), tally(byStatus))
+				s.mu.Lock()
+				t.Logf("%s at rest %s after it began: orders %s; payments made at once refused as the order was pending past its deadline: %d; buyers' cancels answered as cancelled by the deadline: %d",
+					step.name, time.Since(stepBegan).Round(time.Second), tally(byStatus), s.lateWritten, s.cancelLate)
+				s.lateWritten, s.cancelLate = 0, 0
+				s.mu.Unlock()
 				if t.Failed() {
 					return
 				}
