@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -141,10 +142,16 @@ func (s *Source) Read(ctx context.Context, voucherID int64) (Figures, error) {
 
 	if sale := v.Room(); sale != nil {
 		line, held, err := s.rooms.Line(ctx, *sale)
-		if err != nil {
+		switch {
+		case errors.Is(err, room.ErrStockMissing):
+			// Redis lost the voucher's keys: no room figures until they
+			// are back, and the rest of the page (MySQL against Redis) is
+			// what the page is for meanwhile.
+		case err != nil:
 			return Figures{}, err
+		default:
+			f.Room = &RoomFigures{View: line, Held: held}
 		}
-		f.Room = &RoomFigures{View: line, Held: held}
 	}
 	if s.queue != nil {
 		st, err := s.queue(ctx)

@@ -2,6 +2,7 @@ package room
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -100,7 +101,10 @@ func (fs *feeds) run(ctx context.Context, sale Sale, f *feed) {
 		}
 		snap, err := fs.store.read(ctx, sale, "")
 		if err != nil {
-			if ctx.Err() == nil {
+			// A stock key gone is put back by the next join or read of a
+			// place, or during the sale by the admitter's next round: not
+			// worth a line each tick meanwhile.
+			if ctx.Err() == nil && !errors.Is(err, ErrStockMissing) {
 				fs.log.WarnContext(ctx, "room: read the figures", "voucher", sale.VoucherID, "err", err)
 			}
 			continue

@@ -240,6 +240,15 @@ func (s *Service) withRoom(ctx context.Context, v *Voucher, out View) (View, err
 		return out, nil
 	}
 	rv, err := s.rooms.View(ctx, *sale)
+	if errors.Is(err, room.ErrStockMissing) {
+		// Redis lost the voucher's keys (or forgot them, a day after the
+		// sale): the room as its settings say, sold out by the stock out
+		// already holds (MySQL's, then), as for a voucher without a room.
+		rv, err = room.ConfigView(*sale, s.now()), nil
+		if out.Stock <= 0 {
+			rv.State = room.RoomSoldOut
+		}
+	}
 	if err != nil {
 		return View{}, err
 	}
