@@ -16,12 +16,15 @@
 // is its announcement in JSON: its build's revision, its feature Level
 // (levels.go: what each level added), its mode, and the stream entry
 // formats its consumer reads. Beside it, seckill:{fleet}:seen, a sorted
-// set, holds when each last announced. Every instance announces itself
-// again every few seconds (Run); an announcement older than Fresh is
-// stale, and whoever runs the script next deletes it; both keys expire
-// once nobody has announced for Fresh. An instance that stops cleanly
-// takes its own back (Leave); one that is killed goes stale. Both keys share the {fleet} hash tag, so they live in one slot
-// and each step is one script on one node: the same on one Redis, behind
+// set, holds when each last announced, and seckill:{fleet}:started when
+// the process under each name started: of two under one name, the one
+// started last keeps it. Every instance announces itself again every few
+// seconds (Run); an announcement older than Fresh is stale, and whoever
+// runs the script next deletes it; the keys expire once nobody has
+// announced for Fresh. An instance that stops cleanly takes its own back
+// (Leave); one that is killed goes stale. The keys share the {fleet} hash
+// tag, so they live in one slot and each step is one script on one node:
+// the same on one Redis, behind
 // Sentinel and on a Redis Cluster. The times are Redis' clock, not the
 // instances', whose clocks may disagree.
 //
@@ -58,6 +61,11 @@ import (
 const (
 	instancesKey = "seckill:{fleet}:instances"
 	seenKey      = "seckill:{fleet}:seen"
+	// startedKey: when each instance announced there started, in ms. Of
+	// two processes under one name (a replacement announcing while the
+	// instance it replaces drains), the one started last keeps the name:
+	// the older stops overwriting its announcement.
+	startedKey = "seckill:{fleet}:started"
 )
 
 // Keys are the fleet's keys, for a reader (an operator's redis-cli, a
@@ -277,7 +285,7 @@ func (f *Fleet) Leave(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := leaveScript.Run(ctx, f.rdb, []string{instancesKey, seenKey}, f.self.Name, string(body)).Err(); err != nil {
+	if err := leaveScript.Run(ctx, f.rdb, []string{instancesKey, seenKey, startedKey}, f.self.Name, string(body)).Err(); err != nil {
 		return fmt.Errorf("take back the announcement of %s: %w", f.self.Name, err)
 	}
 	return nil
@@ -304,7 +312,7 @@ func (f *Fleet) Known() []Instance {
 // run runs announce.lua, announcing name (unless "") and returning the
 // live instances.
 func (f *Fleet) run(ctx context.Context, name, body string) ([]Instance, error) {
-	res, err := announceScript.Run(ctx, f.rdb, []string{instancesKey, seenKey}, name, body, f.fresh.Milliseconds()).Slice()
+	res, err := announceScript.Run(ctx, f.rdb, []string{instancesKey, seenKey, startedKey}, name, body, f.fresh.Milliseconds(), f.self.Started.UnixMilli()).Slice()
 	if err != nil {
 		return nil, err
 	}

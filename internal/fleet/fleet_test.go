@@ -111,7 +111,9 @@ func TestLeaveTakesOnlyItsOwn(t *testing.T) {
 	rdb := freshRedis(t)
 	old := New(rdb, Self("web-0:8080", "async", time.Now().Add(-time.Hour)), Fresh, quiet)
 	replacement := New(rdb, Self("web-0:8080", "async", time.Now()), Fresh, quiet)
-	announce(t, old, replacement)
+	// The old one announces again after the replacement did (its drain's
+	// last tick): that changes nothing, and its leave takes nothing.
+	announce(t, old, replacement, old)
 	if err := old.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestReleases(t *testing.T) {
 	}
 }
 
-// Both keys are in one Redis Cluster slot, so that each script runs on
+// The keys are in one Redis Cluster slot, so that each script runs on
 // one node: Redis hashes only a key's first {tag}.
 func TestKeysShareASlot(t *testing.T) {
 	tag := func(key string) string {
@@ -249,8 +251,8 @@ func TestKeysShareASlot(t *testing.T) {
 		}
 		return key[i+1 : i+1+j]
 	}
-	if a, b := tag(instancesKey), tag(seenKey); a != b || stock.Slot(a) != stock.Slot(b) {
-		t.Errorf("%s hashes %q, %s %q", instancesKey, a, seenKey, b)
+	if a, b, c := tag(instancesKey), tag(seenKey), tag(startedKey); a != b || a != c || stock.Slot(a) != stock.Slot(b) {
+		t.Errorf("%s hashes %q, %s %q, %s %q", instancesKey, a, seenKey, b, startedKey, c)
 	}
 }
 
@@ -277,7 +279,7 @@ func TestOnEmbeddedRedis(t *testing.T) {
 
 // The same steps on each topology the server supports: one Redis, a
 // master behind Sentinel, and a Redis Cluster of three masters (where the
-// two keys' one slot is what lets each script run at all).
+// keys' one slot is what lets each script run at all).
 func TestOnEveryTopology(t *testing.T) {
 	for _, topo := range []struct {
 		name string
