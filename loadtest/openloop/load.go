@@ -313,7 +313,9 @@ func (l *loop) serve(ctx context.Context, s *schedule) {
 			// latencies at that, so that a server that stalled the run's
 			// end does not leave the tail looking short.
 			for i := from; i < to; i++ {
-				l.t.latencies = append(l.t.latencies, now.Sub(l.p.due(s.start, i)))
+				if due := l.p.due(s.start, i); due.Before(now) { // a run stopped early: not due yet, not counted
+					l.t.latencies = append(l.t.latencies, now.Sub(due))
+				}
 			}
 		}
 		for len(l.idle) > 0 {

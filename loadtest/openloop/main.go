@@ -236,7 +236,8 @@ type report struct {
 }
 
 // latencies are milliseconds from when each request was due to its whole
-// answer, nearest-rank percentiles of every answer in the window.
+// answer, nearest-rank percentiles of every answer in the window and of
+// every request given up (GivenUp), at the time it was given up.
 type latencies struct {
 	P50  float64 `json:"p50"`
 	P90  float64 `json:"p90"`
