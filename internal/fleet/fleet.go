@@ -343,18 +343,24 @@ func (f *Fleet) run(ctx context.Context, name, body string) ([]Instance, error) 
 	return live, nil
 }
 
-// Require refuses need while a live instance cannot serve it: one of a
-// lower level, or in async mode one whose consumer does not read the
-// entries need's orders are queued in. The refusal is a *Blocked, which
+// Require refuses needs while a live instance cannot serve one of them:
+// one of a lower level, or in async mode one whose consumer does not read
+// the entries the need's orders are queued in; it reads who is alive
+// once, and not at all for no needs. The refusal is a *Blocked, which
 // the API answers 409 upgrade_pending, naming the instance. A failure to
 // read Redis is returned as it is.
-func (f *Fleet) Require(ctx context.Context, need Need) error {
+func (f *Fleet) Require(ctx context.Context, needs ...Need) error {
+	if len(needs) == 0 {
+		return nil
+	}
 	live, err := f.Live(ctx)
 	if err != nil {
 		return err
 	}
-	if in, ok := Blocking(live, need); ok {
-		return &Blocked{Need: need, By: in}
+	for _, need := range needs {
+		if in, ok := Blocking(live, need); ok {
+			return &Blocked{Need: need, By: in}
+		}
 	}
 	return nil
 }

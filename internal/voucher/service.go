@@ -79,7 +79,7 @@ type Service struct {
 // Fleet tells whether every instance alive can serve a feature (package
 // fleet): an error, *fleet.Blocked, names one that cannot.
 type Fleet interface {
-	Require(ctx context.Context, need fleet.Need) error
+	Require(ctx context.Context, needs ...fleet.Need) error
 }
 
 // SetFleet makes Create refuse, while an older instance that cannot
@@ -181,13 +181,11 @@ func (s *Service) Create(ctx context.Context, adminID int64, idemKey string, in 
 	// Before the idempotency key is spent: the admin retries the same
 	// request once the upgrade is over.
 	if s.fleet != nil {
-		for _, need := range s.needs(v) {
-			if err := s.fleet.Require(ctx, need); err != nil {
-				if errors.Is(err, fleet.ErrUpgradePending) {
-					return View{}, err
-				}
-				return View{}, apperr.Down(err)
+		if err := s.fleet.Require(ctx, s.needs(v)...); err != nil {
+			if errors.Is(err, fleet.ErrUpgradePending) {
+				return View{}, err
 			}
+			return View{}, apperr.Down(err)
 		}
 	}
 	if idemKey != "" && s.guard != nil {
