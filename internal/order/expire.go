@@ -193,11 +193,24 @@ func (s *Service) drainReturns(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// RunExpirer expires due orders and drains the returns every period,
-// until ctx is done. Every instance runs one: they share the work (see
-// above), and any of them may die.
+// RunExpirer expires due orders and drains the returns, round after
+// round, until ctx is done. Every instance runs one: they share the work
+// (see above), and any of them may die.
+//
+// Between rounds it sleeps until the earliest unpaid order falls due
+// (untilDue), but never longer than every: a ticker alone would leave
+// orders due in the same second waiting for its next tick, up to a whole
+// period after their pay_by, and the returns and refunds left behind are
+// still drained at least once a period.
 func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
-	periodically(ctx, every, func() {
+	wake := time.NewTimer(s.untilDue(ctx, every))
+	defer wake.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake.C:
+		}
 		if _, err := s.Expire(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "expire unpaid orders", "err", err)
 		}
@@ -207,5 +220,32 @@ func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
 		if err := s.finishRefunds(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "ask the provider for refunds not yet given", "err", err)
 		}
-	})
+		wake.Reset(s.untilDue(ctx, every))
+	}
+}
+
+// expireRest is the least an expirer sleeps between rounds. Without it, a
+// round that leaves an order due (another instance holds its row, or the
+// batch failed) would start the next at once, a busy loop; and a sale's
+// orders, falling due one after another pay_within later, would each get
+// a round and a transaction of their own, where a second's worth share one.
+const expireRest = time.Second
+
+// untilDue is how long the expirer sleeps before its next round: until the
+// earliest pay_by of an unpaid order, at least expireRest and at most
+// every (all of every if it cannot tell). pay_by was written by the
+// clock of the instance that took the order (s.now), and Expire compares
+// it with s.now: so is it here, so that the round wakes to find the order
+// due. An order taken by an instance whose clock runs ahead of this one's
+// is waited for a little longer than it needs; every bounds that.
+func (s *Service) untilDue(ctx context.Context, every time.Duration) time.Duration {
+	// One read of the (status, pay_by) index: its first unpaid entry.
+	var next []Order
+	err := s.db.WithContext(ctx).Raw("SELECT pay_by FROM voucher_orders WHERE status = ? AND pay_by IS NOT NULL ORDER BY pay_by LIMIT 1", StatusUnpaid).Scan(&next).Error
+	if err != nil || len(next) == 0 || next[0].PayBy == nil {
+		// Nothing unpaid, or MySQL cannot say (the round that could not
+		// reach it logged why): the period, as a ticker would.
+		return every
+	}
+	return min(max(next[0].PayBy.Sub(s.now()), expireRest), every)
 }
