@@ -22,7 +22,8 @@
 -- shares (the clock, the stock, the holds, the draw's state) once.
 --
 -- Returns one answer a joiner, in ARGV's order: {code} or, for codes 0
--- and 1, {code, place.lua's place}. Codes: 0 joined now, 1 in line
+-- and 1, place.lua's place with the code after it (appended, not put
+-- first: no shifting the table, 64 times a call). Codes: 0 joined now, 1 in line
 -- already (the same place: waiting, or admitted and still holding), 2 not
 -- started (before opens_at), 3 ended, 4 sold out (no unit left that is
 -- neither sold nor held), 5 already ordered, 6 the stock key is missing
@@ -64,14 +65,35 @@ local r = room()
 local drawing = now < begin and not r.frozen
 
 local function answer(code, user, mine, untilMs)
-  local p = place(now, user, begin, {free = free, room = r, mine = mine, untilMs = untilMs, ordered = false})
-  table.insert(p, 1, code)
+  local p = place(now, user, begin, free, r, mine, untilMs, false)
+  p[8] = code
   return p
 end
 
+-- Joiners numbered from begin_time on by this call.
+local lates = 0
+
+-- Whether anyone bought yet: until someone has (and no one buys before
+-- the first admission), no joiner needs looking up among the buyers.
+local bought = redis.call('SCARD', KEYS[7]) > 0
+
 local function join(user, hmac)
-  if redis.call('SISMEMBER', KEYS[7], user) == 1 then
+  if bought and redis.call('SISMEMBER', KEYS[7], user) == 1 then
     return {5}
+  end
+  if drawing and free > 0 then
+    -- The common case, a new joiner before begin_time, in two commands
+    -- (a command sent from a script costs Redis about a microsecond more
+    -- than the command itself): HSETNX gives the place and says whether
+    -- one was held already. No hold to look up: no one holds a unit while
+    -- the draw is open (the first admission freezes it, in the same
+    -- script as its holds).
+    local mine = 'p:' .. hmac
+    if redis.call('HSETNX', KEYS[1], user, mine) == 0 then
+      return answer(1, user, redis.call('HGET', KEYS[1], user), -1)
+    end
+    r.drawn = r.drawn + redis.call('ZADD', KEYS[2], 0, hmac .. ':' .. user)
+    return answer(0, user, mine, -1)
   end
   local mine = redis.call('HGET', KEYS[1], user)
   local untilMs = tonumber(redis.call('ZSCORE', KEYS[5], user) or '-1')
@@ -93,7 +115,10 @@ local function join(user, hmac)
     mine = 'p:' .. hmac
     r.drawn = r.drawn + redis.call('ZADD', KEYS[2], 0, hmac .. ':' .. user)
   else
-    r.late = redis.call('HINCRBY', KEYS[4], 'late', 1)
+    -- Numbered in the order they come; the count is written once, after
+    -- the last joiner of the call (below).
+    r.late = r.late + 1
+    lates = lates + 1
     mine = 'l:' .. r.late
     redis.call('HSET', KEYS[3], r.late, user)
     redis.call('HSET', KEYS[8], user, now)
@@ -104,5 +129,8 @@ end
 
 for i = 4, #ARGV, 2 do
   table.insert(answers, join(ARGV[i], ARGV[i + 1]))
+end
+if lates > 0 then
+  redis.call('HINCRBY', KEYS[4], 'late', lates)
 end
 return answers

@@ -1,18 +1,21 @@
--- place(now, user, begin, known): one user's place in a voucher's waiting
--- room, and the room's figures, as of one moment. Not a script alone: the
--- scripts that answer a place (read.lua, join.lua) begin with it.
+-- place(now, user, begin, free, r, mine, untilMs, ordered): one user's
+-- place in a voucher's waiting room, and the room's figures, as of one
+-- moment. Not a script alone: the scripts that answer a place (read.lua,
+-- join.lua) begin with it.
 --
 -- KEYS[1] who   KEYS[2] pre   KEYS[4] state   KEYS[5] admitted
 -- KEYS[6] stock KEYS[7] buyers (join.lua's; KEYS[3], late, is not read)
 -- now: the Redis server's clock (ms)   user: user ID ('' for the room's
--- figures alone)   begin: begin_time (ms)   known: nil, or what the caller
+-- figures alone)   begin: begin_time (ms). The rest is what the caller
 -- (join.lua) has read already in the same script, so that it is not read
--- again: any of
+-- again, or nil where it has not (read.lua passes none of them):
 --   free     units neither sold nor held
---   room     {serving, drawn, frozen} as below, the draw's count included
+--   r        {serving, drawn, frozen} as below, the draw's count included
 --   mine     the user's entry in `who` (false: none)
 --   untilMs  the end of the user's hold, in ms (-1: none)
 --   ordered  whether the user holds an order
+-- They are arguments, not a table of them: join.lua answers up to 64
+-- joiners a call, and a table a joiner was a tenth of a join's cost.
 --
 -- Returns {state, number, serving, until, free, total, now}:
 --   state   'none', 'waiting', 'admitted', 'expired' or 'ordered'; or
@@ -37,10 +40,8 @@ local function room()
   return r
 end
 
-local function place(now, user, begin, known)
-  known = known or {}
-  local r = known.room or room()
-  local free = known.free
+local function place(now, user, begin, free, r, mine, untilMs, ordered)
+  r = r or room()
   if free == nil then
     local stock = redis.call('GET', KEYS[6])
     if not stock then
@@ -50,13 +51,11 @@ local function place(now, user, begin, known)
     end
     free = tonumber(stock) - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
   end
-  local state, number, untilMs = 'none', -1, -1
+  local state, number = 'none', -1
   if user ~= '' then
-    local mine = known.mine
     if mine == nil then
       mine = redis.call('HGET', KEYS[1], user)
     end
-    untilMs = known.untilMs
     if untilMs == nil then
       untilMs = tonumber(redis.call('ZSCORE', KEYS[5], user) or '-1')
     end
@@ -77,7 +76,6 @@ local function place(now, user, begin, known)
         state = 'expired'
       end
     end
-    local ordered = known.ordered
     if ordered == nil then
       ordered = redis.call('SISMEMBER', KEYS[7], user) == 1
     end
@@ -85,5 +83,5 @@ local function place(now, user, begin, known)
       state = 'ordered'
     end
   end
-  return {state, number, r.serving, untilMs, free, r.drawn + r.late, now}
+  return {state, number, r.serving, untilMs or -1, free, r.drawn + r.late, now}
 end

@@ -84,9 +84,9 @@ func (s *Store) JoinPlace(ctx context.Context, sale Sale, userID int64) (bool, P
 	if err != nil {
 		return false, Place{}, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
 	}
-	code, _ := v[0].(int64)
+	code, _ := v[len(v)-1].(int64) // a place's code comes after it
 	if code == 0 || code == 1 {
-		snap, err := snapshotOf(v[1:])
+		snap, err := snapshotOf(v[:len(v)-1])
 		if err != nil {
 			return false, Place{}, apperr.Down(fmt.Errorf("join the room of voucher %d: %w", sale.VoucherID, err))
 		}
