@@ -77,53 +77,58 @@ local lates = 0
 -- the first admission), no joiner needs looking up among the buyers.
 local bought = redis.call('SCARD', KEYS[7]) > 0
 
+-- A new place for user: drawn, or numbered after those before it.
+local function placeFor(user, hmac)
+  if drawing then
+    return 'p:' .. hmac
+  end
+  return 'l:' .. (r.late + 1)
+end
+
+-- Put user in line at the place placeFor gave, once `who` has it.
+local function enter(user, hmac)
+  if drawing then
+    r.drawn = r.drawn + redis.call('ZADD', KEYS[2], 0, hmac .. ':' .. user)
+  else
+    -- Numbered in the order they come; the count is written once, after
+    -- the last joiner of the call (below).
+    r.late, lates = r.late + 1, lates + 1
+    redis.call('HSET', KEYS[3], r.late, user)
+    redis.call('HSET', KEYS[8], user, now)
+  end
+end
+
 local function join(user, hmac)
   if bought and redis.call('SISMEMBER', KEYS[7], user) == 1 then
     return {5}
   end
-  if drawing and free > 0 then
-    -- The common case, a new joiner before begin_time, in two commands
-    -- (a command sent from a script costs Redis about a microsecond more
-    -- than the command itself): HSETNX gives the place and says whether
-    -- one was held already. No hold to look up: no one holds a unit while
-    -- the draw is open (the first admission freezes it, in the same
-    -- script as its holds).
-    local mine = 'p:' .. hmac
-    if redis.call('HSETNX', KEYS[1], user, mine) == 0 then
-      return answer(1, user, redis.call('HGET', KEYS[1], user), -1)
+  -- The common case, a joiner new to the line, in as few commands as can
+  -- be (a command sent from a script costs Redis about a microsecond more
+  -- than the command itself): HSETNX gives the place and says whether
+  -- one was held already. Who held none holds no hold either (admit.lua
+  -- admits only who holds a place, and nothing takes a place away).
+  if free > 0 then
+    local mine = placeFor(user, hmac)
+    if redis.call('HSETNX', KEYS[1], user, mine) == 1 then
+      enter(user, hmac)
+      return answer(0, user, mine, -1)
     end
-    r.drawn = r.drawn + redis.call('ZADD', KEYS[2], 0, hmac .. ':' .. user)
-    return answer(0, user, mine, -1)
   end
   local mine = redis.call('HGET', KEYS[1], user)
   local untilMs = tonumber(redis.call('ZSCORE', KEYS[5], user) or '-1')
   local ended = untilMs >= 0 and untilMs <= now
-  -- In line already: a place, or a hold on (which only a place is given:
-  -- admit.lua admits who holds one, and nothing takes a place away), and
-  -- no hold that ended.
+  -- In line already: a place, or a hold on, and no hold that ended.
   if not ended and (mine or untilMs >= 0) then
     return answer(1, user, mine, untilMs)
   end
   if free <= 0 then
     return {4}
   end
-  if ended then
-    -- A hold that ended without an order: a new place, at the back.
-    redis.call('ZREM', KEYS[5], user)
-  end
-  if drawing then
-    mine = 'p:' .. hmac
-    r.drawn = r.drawn + redis.call('ZADD', KEYS[2], 0, hmac .. ':' .. user)
-  else
-    -- Numbered in the order they come; the count is written once, after
-    -- the last joiner of the call (below).
-    r.late = r.late + 1
-    lates = lates + 1
-    mine = 'l:' .. r.late
-    redis.call('HSET', KEYS[3], r.late, user)
-    redis.call('HSET', KEYS[8], user, now)
-  end
+  -- A hold that ended without an order: a new place, at the back.
+  redis.call('ZREM', KEYS[5], user)
+  mine = placeFor(user, hmac)
   redis.call('HSET', KEYS[1], user, mine)
+  enter(user, hmac)
   return answer(0, user, mine, -1)
 end
 
