@@ -22,8 +22,8 @@
 -- shares (the clock, the stock, the holds, the draw's state) once.
 --
 -- Returns one answer a joiner, in ARGV's order: {code} or, for codes 0
--- and 1, place.lua's place with the code after it (appended, not put
--- first: no shifting the table, 64 times a call). Codes: 0 joined now, 1 in line
+-- and 1, place.lua's place with the code after it (in the table place()
+-- makes: no table grown or shifted, 64 times a call). Codes: 0 joined now, 1 in line
 -- already (the same place: waiting, or admitted and still holding), 2 not
 -- started (before opens_at), 3 ended, 4 sold out (no unit left that is
 -- neither sold nor held), 5 already ordered, 6 the stock key is missing
@@ -65,9 +65,7 @@ local r = room()
 local drawing = now < begin and not r.frozen
 
 local function answer(code, user, mine, untilMs)
-  local p = place(now, user, begin, free, r, mine, untilMs, false)
-  p[8] = code
-  return p
+  return place(now, user, begin, free, r, mine, untilMs, false, code)
 end
 
 -- Joiners numbered from begin_time on by this call.

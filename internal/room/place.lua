@@ -1,4 +1,4 @@
--- place(now, user, begin, free, r, mine, untilMs, ordered): one user's
+-- place(now, user, begin, free, r, mine, untilMs, ordered, code): one user's
 -- place in a voucher's waiting room, and the room's figures, as of one
 -- moment. Not a script alone: the scripts that answer a place (read.lua,
 -- join.lua) begin with it.
@@ -14,10 +14,12 @@
 --   mine     the user's entry in `who` (false: none)
 --   untilMs  the end of the user's hold, in ms (-1: none)
 --   ordered  whether the user holds an order
+--   code     join.lua's answer code, put after the place (nil: none)
 -- They are arguments, not a table of them: join.lua answers up to 64
 -- joiners a call, and a table a joiner was a tenth of a join's cost.
 --
--- Returns {state, number, serving, until, free, total, now}:
+-- Returns {state, number, serving, until, free, total, now}, and code after
+-- them when given:
 --   state   'none', 'waiting', 'admitted', 'expired' or 'ordered'; or
 --           'missing' when the voucher's stock key is (the rest is void)
 --   number  the user's number; -1 while it is not drawn yet
@@ -40,7 +42,7 @@ local function room()
   return r
 end
 
-local function place(now, user, begin, free, r, mine, untilMs, ordered)
+local function place(now, user, begin, free, r, mine, untilMs, ordered, code)
   r = r or room()
   if free == nil then
     local stock = redis.call('GET', KEYS[6])
@@ -83,5 +85,5 @@ local function place(now, user, begin, free, r, mine, untilMs, ordered)
       state = 'ordered'
     end
   end
-  return {state, number, r.serving, untilMs or -1, free, r.drawn + r.late, now}
+  return {state, number, r.serving, untilMs or -1, free, r.drawn + r.late, now, code}
 end
