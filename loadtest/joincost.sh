@@ -49,8 +49,8 @@ run() { # binary benchmark
 	out=$(SECKILL_TEST_REDIS_ADDR=$REDIS_ADDR "$WORK/$1.test" -test.run '^$' \
 		-test.bench "^Benchmark$2\$" -test.benchtime "${OPS}x" | grep "^Benchmark")
 	read -r calls usec < <(r info commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p')
-	printf '%-5s %-15s %6s redis-µs/op  %5s ops a call  script %6s µs/op\n' "$1" "$2" \
-		"$(awk '{print $5}' <<<"$out")" "$(bc <<<"scale=1; $OPS / $calls")" "$(bc <<<"scale=2; $usec / $OPS")"
+	printf '%-5s %-15s %6s redis-µs/op  %5.1f ops a call  script %6.2f µs/op\n' "$1" "$2" \
+		"$(awk '{print $5}' <<<"$out")" "$(bc -l <<<"$OPS / $calls")" "$(bc -l <<<"$usec / $OPS")"
 }
 
 log "base: $BASE_REV; this: the working tree; $OPS operations a benchmark"

@@ -3,7 +3,7 @@
 #
 #   pids        processes to stop on exit (append with pids+=("$!"))
 #   log MSG     a progress line on stderr
-#   need TOOL…  installs wrk if missing (Debian), then fails unless every
+#   need TOOL…  installs wrk if named and missing (Debian), then fails unless every
 #               TOOL is on PATH
 #   build_server builds cmd/server into $WORK/server, from the commit
 #               SERVER_REV names (git archive: edits in progress in the
@@ -38,7 +38,7 @@ trap 'exit 130' INT TERM
 log() { printf '== %s\n' "$*" >&2; }
 
 need() {
-	if ! command -v wrk >/dev/null; then
+	if [[ " $* " == *" wrk "* ]] && ! command -v wrk >/dev/null; then
 		log "wrk missing: installing it"
 		timeout 300 apt-get install -y wrk >/dev/null 2>&1 ||
 			{ timeout 120 apt-get update >/dev/null 2>&1 && timeout 300 apt-get install -y wrk >/dev/null; }
@@ -77,6 +77,11 @@ build_tools() { # [tool…]: more of loadtest/'s commands
 # commands, CPU) count this server's calls alone.
 redis_up() {
 	REDIS_ADDR=127.0.0.1:$1
+	if rcli PING >/dev/null 2>&1; then
+		# Someone's Redis: the script would flush it.
+		echo "$(basename "$0"): port $1 is taken by a Redis already; choose another" >&2
+		exit 1
+	fi
 	redis-server --bind 127.0.0.1 --port "$1" --save "" --appendonly no >"$WORK/redis.log" 2>&1 &
 	pids+=("$!")
 	for _ in $(seq 50); do rcli PING >/dev/null 2>&1 && return 0; sleep 0.1; done

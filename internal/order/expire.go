@@ -198,10 +198,11 @@ func (s *Service) drainReturns(ctx context.Context) error {
 // (see above), and any of them may die.
 //
 // Between rounds it sleeps until the earliest unpaid order falls due
-// (untilDue), but never longer than every: a ticker alone would leave
-// orders due in the same second waiting for its next tick, up to a whole
-// period after their pay_by, and the returns and refunds left behind are
-// still drained at least once a period.
+// (untilDue), but never past a period from the last round's start: a
+// ticker alone would leave orders due in the same second waiting for its
+// next tick, up to a whole period after their pay_by, and the returns and
+// refunds left behind are still drained once a period (or at once after
+// a round that took longer, as a ticker would).
 func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
 	wake := time.NewTimer(s.untilDue(ctx, every))
 	defer wake.Stop()
@@ -211,6 +212,7 @@ func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
 			return
 		case <-wake.C:
 		}
+		start := time.Now()
 		if _, err := s.Expire(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "expire unpaid orders", "err", err)
 		}
@@ -220,11 +222,13 @@ func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
 		if err := s.finishRefunds(ctx); err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "ask the provider for refunds not yet given", "err", err)
 		}
-		wake.Reset(s.untilDue(ctx, every))
+		wake.Reset(min(s.untilDue(ctx, every), max(every-time.Since(start), 0)))
 	}
 }
 
-// expireRest is the least an expirer sleeps between rounds. Without it, a
+// expireRest is the least an expirer sleeps between rounds for orders
+// falling due (a period shorter than it, or a round longer than the
+// period, wins). Without it, a
 // round that leaves an order due (another instance holds its row, or the
 // batch failed) would start the next at once, a busy loop; and a sale's
 // orders, falling due one after another pay_within later, would each get
@@ -242,9 +246,13 @@ func (s *Service) untilDue(ctx context.Context, every time.Duration) time.Durati
 	// One read of the (status, pay_by) index: its first unpaid entry.
 	var next []Order
 	err := s.db.WithContext(ctx).Raw("SELECT pay_by FROM voucher_orders WHERE status = ? AND pay_by IS NOT NULL ORDER BY pay_by LIMIT 1", StatusUnpaid).Scan(&next).Error
+	if err != nil && ctx.Err() == nil {
+		// Most likely MySQL is away, and the round before said so.
+		s.log.DebugContext(ctx, "look for the next order due", "err", err)
+	}
 	if err != nil || len(next) == 0 || next[0].PayBy == nil {
-		// Nothing unpaid, or MySQL cannot say (the round that could not
-		// reach it logged why): the period, as a ticker would.
+		// Nothing unpaid, or MySQL cannot say: the period, as a ticker
+		// would.
 		return every
 	}
 	return min(max(next[0].PayBy.Sub(s.now()), expireRest), every)

@@ -105,9 +105,12 @@ local function join(user, hmac)
   -- than the command itself): HSETNX gives the place and says whether
   -- one was held already. Who held none holds no hold either (admit.lua
   -- admits only who holds a place, and nothing takes a place away).
+  -- Through pcall: a Redis out of memory refuses a script's first write,
+  -- and one already in line must still be answered their place (by the
+  -- reads below), as before this write came first.
   if free > 0 then
     local mine = placeFor(user, hmac)
-    if redis.call('HSETNX', KEYS[1], user, mine) == 1 then
+    if redis.pcall('HSETNX', KEYS[1], user, mine) == 1 then
       enter(user, hmac)
       return answer(0, user, mine, -1)
     end
@@ -122,8 +125,12 @@ local function join(user, hmac)
   if free <= 0 then
     return {4}
   end
-  -- A hold that ended without an order: a new place, at the back.
-  redis.call('ZREM', KEYS[5], user)
+  if ended then
+    -- A hold that ended without an order: a new place, at the back.
+    redis.call('ZREM', KEYS[5], user)
+  end
+  -- (Or HSETNX above failed, Redis being full: then the HSET refuses too,
+  -- and the call fails rather than give a place half written.)
   mine = placeFor(user, hmac)
   redis.call('HSET', KEYS[1], user, mine)
   enter(user, hmac)

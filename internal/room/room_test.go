@@ -49,7 +49,12 @@ type rig struct {
 
 func newRig(t testing.TB, units int64, rate int, begin time.Duration, hold time.Duration) *rig {
 	t.Helper()
-	rdb := testenv.Redis(t, 0)
+	return newRigOn(t, testenv.Redis(t, 0), units, rate, begin, hold)
+}
+
+// newRigOn is newRig on the Redis rdb.
+func newRigOn(t testing.TB, rdb *redis.Client, units int64, rate int, begin time.Duration, hold time.Duration) *rig {
+	t.Helper()
 	id := testenv.ID()
 	stocks := stock.NewStore(rdb, 15*time.Second)
 	if err := stocks.Init(context.Background(), id, units, 1); err != nil {
@@ -385,5 +390,39 @@ func TestPlaceWithTheStockLost(t *testing.T) {
 	}
 	if v, err := r.store.View(ctx, r.sale); !errors.Is(err, room.ErrStockMissing) {
 		t.Errorf("the room's figures with the stock key gone: %+v, %v; want ErrStockMissing", v, err)
+	}
+}
+
+// A Redis that is full refuses writes, and a script's first write with
+// them; one already in line who joins again is still answered their place
+// (joining again is safe), while a new joiner is refused (503), not given
+// a place half written. On a private redis-server: a maxmemory of 1 byte
+// would refuse every other test's writes on the shared one.
+func TestJoinAgainWhenRedisIsFull(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := context.Background()
+	for _, begin := range []time.Duration{time.Hour, -time.Second} {
+		r := newRigOn(t, rdb, 10, 1, begin, time.Minute)
+		if _, err := r.store.Join(ctx, r.sale, 1); err != nil {
+			t.Fatal(err)
+		}
+		before := r.place(t, 1)
+		if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		joined, got, err := r.store.JoinPlace(ctx, r.sale, 1)
+		_, _, errNew := r.store.JoinPlace(ctx, r.sale, 2)
+		if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil || joined || !reflect.DeepEqual(got, before) {
+			t.Errorf("begin in %v, Redis full: joining again answered %t %v %s, want the place held, %s", begin, joined, err, show(got), show(before))
+		}
+		if errNew == nil {
+			t.Errorf("begin in %v, Redis full: a new joiner was given a place", begin)
+		}
+		if p := r.place(t, 2); p.State != room.StateNone {
+			t.Errorf("begin in %v: the refused joiner holds %s", begin, show(p))
+		}
 	}
 }
