@@ -21,6 +21,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+export LC_ALL=C # printf's decimal point
 
 BASE_REV=${BASE_REV:-HEAD}
 ROUNDS=${ROUNDS:-4}

@@ -12,7 +12,8 @@
 #   build_tools builds the yardstick and the token maker into $WORK, and
 #               each loadtest tool named (build_tools openloop)
 #   redis_up PORT  starts a private redis-server (no persistence) on PORT
-#               and points REDIS_ADDR at it
+#               and points REDIS_ADDR at it; fails if a Redis answers there
+#               already (the script would flush it)
 #   fresh_stores checks that Redis ($REDIS_ADDR) and MySQL answer, drops
 #               and creates database $DB, flushes Redis database
 #               $REDIS_DB (only that one), and defines rcli: redis-cli on it

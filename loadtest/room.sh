@@ -54,12 +54,7 @@ JWT_SECRET=room-bench-only-secret-not-for-production
 
 need wrk mysql redis-cli curl jq python3 go redis-server
 
-if [[ -z $REDIS_ADDR ]]; then
-	REDIS_ADDR=127.0.0.1:16390
-	redis-server --bind 127.0.0.1 --port 16390 --save "" --appendonly no >"$WORK/redis.log" 2>&1 &
-	pids+=("$!")
-	for _ in $(seq 50); do rcli PING >/dev/null 2>&1 && break; sleep 0.1; done
-fi
+[[ -z $REDIS_ADDR ]] && redis_up 16390
 
 log "building server, tokens and roomload into $WORK"
 build_server

@@ -227,8 +227,8 @@ func (s *Service) RunExpirer(ctx context.Context, every time.Duration) {
 }
 
 // expireRest is the least an expirer sleeps between rounds for orders
-// falling due (a period shorter than it, or a round longer than the
-// period, wins). Without it, a
+// falling due (the bound of a period from the last round's start wins
+// over it). Without it, a
 // round that leaves an order due (another instance holds its row, or the
 // batch failed) would start the next at once, a busy loop; and a sale's
 // orders, falling due one after another pay_within later, would each get

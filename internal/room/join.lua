@@ -27,7 +27,8 @@
 -- already (the same place: waiting, or admitted and still holding), 2 not
 -- started (before opens_at), 3 ended, 4 sold out (no unit left that is
 -- neither sold nor held), 5 already ordered, 6 the stock key is missing
--- (Redis lost it: reload first). Only 0 changes anything. The joiners of
+-- (Redis lost it: reload first), 7 Redis refused the write (it is full:
+-- try again). Only 0 changes anything. The joiners of
 -- one call are answered as if each had come alone, one after the other.
 --
 -- Times are the Redis server's, like every deadline of the room: which
@@ -107,13 +108,17 @@ local function join(user, hmac)
   -- admits only who holds a place, and nothing takes a place away).
   -- Through pcall: a Redis out of memory refuses a script's first write,
   -- and one already in line must still be answered their place (by the
-  -- reads below), as before this write came first.
+  -- reads below), as before this write came first; a joiner it refused
+  -- who needs a place is answered 7, and the call goes on for the rest.
+  local refused = false
   if free > 0 then
     local mine = placeFor(user, hmac)
-    if redis.pcall('HSETNX', KEYS[1], user, mine) == 1 then
+    local set = redis.pcall('HSETNX', KEYS[1], user, mine)
+    if set == 1 then
       enter(user, hmac)
       return answer(0, user, mine, -1)
     end
+    refused = type(set) == 'table' -- an error reply: {err = ...}
   end
   local mine = redis.call('HGET', KEYS[1], user)
   local untilMs = tonumber(redis.call('ZSCORE', KEYS[5], user) or '-1')
@@ -125,12 +130,16 @@ local function join(user, hmac)
   if free <= 0 then
     return {4}
   end
+  if refused then
+    -- Before any write: ZREM is one Redis allows when full, and after a
+    -- script's first write it checks no more, so the rest of the call
+    -- would write too.
+    return {7}
+  end
   if ended then
     -- A hold that ended without an order: a new place, at the back.
     redis.call('ZREM', KEYS[5], user)
   end
-  -- (Or HSETNX above failed, Redis being full: then the HSET refuses too,
-  -- and the call fails rather than give a place half written.)
   mine = placeFor(user, hmac)
   redis.call('HSET', KEYS[1], user, mine)
   enter(user, hmac)

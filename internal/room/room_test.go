@@ -425,4 +425,50 @@ func TestJoinAgainWhenRedisIsFull(t *testing.T) {
 			t.Errorf("begin in %v: the refused joiner holds %s", begin, show(p))
 		}
 	}
+
+	// The same in one call with new joiners: a call out (held by the hook)
+	// while user 1 and ten new joiners queue, who then go together.
+	r := newRigOn(t, rdb, 10, 1, -time.Second, time.Minute)
+	if _, err := r.store.Join(ctx, r.sale, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := r.place(t, 1)
+	hook := &scriptHook{}
+	rdb.AddHook(hook)
+	gate := make(chan struct{})
+	hook.gate.Store(&gate)
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { r.store.JoinPlace(ctx, r.sale, 100) }) // the call out
+	time.Sleep(200 * time.Millisecond)
+	var got room.Place
+	var err error
+	errs := make([]error, 10)
+	wg.Go(func() { _, got, err = r.store.JoinPlace(ctx, r.sale, 1) })
+	for i := range errs {
+		wg.Go(func() { _, _, errs[i] = r.store.JoinPlace(ctx, r.sale, int64(200+i)) })
+	}
+	time.Sleep(500 * time.Millisecond) // all queued behind the call out
+	hook.gate.Store(nil)
+	close(gate)
+	wg.Wait()
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if calls := hook.calls.Load(); calls != 2 {
+		t.Fatalf("%d script calls, want 2: the call out, then the eleven together", calls)
+	}
+	if err != nil || !reflect.DeepEqual(got, before) {
+		t.Errorf("Redis full, with new joiners in the call: joining again answered %v %s, want %s", err, show(got), show(before))
+	}
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("Redis full: new joiner %d was given a place", 200+i)
+		}
+		if p := r.place(t, int64(200+i)); p.State != room.StateNone {
+			t.Errorf("the refused joiner %d holds %s", 200+i, show(p))
+		}
+	}
 }

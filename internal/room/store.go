@@ -108,6 +108,8 @@ func refusal(sale Sale, code int64) error {
 		return ErrAlreadyOrdered
 	case 6:
 		return ErrStockMissing
+	case 7:
+		return apperr.Down(fmt.Errorf("join the room of voucher %d: Redis refused the write (full?)", sale.VoucherID))
 	}
 	return fmt.Errorf("join the room of voucher %d: unknown answer %d", sale.VoucherID, code)
 }
