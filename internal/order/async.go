@@ -47,7 +47,13 @@ func (m asyncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) 
 	start := time.Now()
 	res, err := m.queue.Accept(ctx, &e)
 	m.obs.Stage(StageStock, time.Since(start))
-	if err != nil {
+	switch {
+	case errors.Is(err, queue.ErrRefused):
+		// Redis refused the script (full, say): nothing accepted, for
+		// certain, and nothing to ask.
+		m.pool.Return(id)
+		return 0, apperr.Down(err)
+	case err != nil:
 		// Nothing accepted; or, if only the answer was lost, an order
 		// accepted that the buyer must be told of. Ask. The ID is
 		// not given back: it may be in use.

@@ -102,8 +102,8 @@ func (q *Queue) elsewhere(ctx context.Context, e *Entry, replay string, last fun
 	claimed, claim, err := q.stocks.Claim(ctx, e.VoucherID, e.Buckets, e.UserID)
 	if err != nil {
 		// The claim may have been made: it expires, and the sweeper,
-		// finding no order, forgets the buyer.
-		return 0, err
+		// finding no order, forgets the buyer. Unless Redis refused it.
+		return 0, refusal(err)
 	}
 	switch claim {
 	case stock.Taken:
@@ -121,6 +121,9 @@ func (q *Queue) elsewhere(ctx context.Context, e *Entry, replay string, last fun
 		e.Bucket = b
 		res, err := q.run(ctx, *e, last(*e), replay, claimed.Until)
 		switch {
+		case errors.Is(err, ErrRefused):
+			q.unclaim(ctx, *e) // nothing taken in this bucket: as SoldOut's end
+			return 0, err
 		case err != nil:
 			// The claim stays: Lost (or, for a replay, the sweeper) knows
 			// whether to keep it.
@@ -157,9 +160,31 @@ func (q *Queue) keepClaim(ctx context.Context, e Entry) {
 func (q *Queue) run(ctx context.Context, e Entry, last, replay string, until int64) (Result, error) {
 	code, err := acceptScript.Run(ctx, q.rdb, e.keys(last), e.args(replay, until)...).Int()
 	if err != nil {
-		return 0, err
+		return 0, refusal(err)
 	}
 	return Result(code), nil
+}
+
+// ErrRefused: Redis refused the script (or the claim before it) at its
+// first write, so it wrote nothing. Unlike an answer lost on the way, this
+// one is certain: the buyer can be told 503 at once, with nothing to ask
+// Lost (whose void mark, a write, Redis would refuse too, until the
+// request's time ran out).
+var ErrRefused = errors.New("queue: Redis refused the order before taking anything")
+
+// refusal marks err as ErrRefused when it is one of Redis' refusals of a
+// write: OOM (full, at maxmemory), MISCONF (it cannot save to disk) or
+// READONLY (a replica). Redis checks them at a script's first write, and
+// once a script has written it is let finish (OOM is not checked again;
+// the other two cannot change while a script runs), so such an error means
+// the script wrote nothing.
+func refusal(err error) error {
+	for _, prefix := range []string{"OOM", "MISCONF", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+	}
+	return err
 }
 
 // voidFor is how long a void mark outlives its request: longer than a
