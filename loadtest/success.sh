@@ -13,7 +13,13 @@
 #               voucher's stock in Redis), all of which must reach MySQL;
 #   ratio       orders/s over the yardstick's req/s;
 #   lag         async: from the end of the load to the last accepted order
-#               in MySQL (polled every 10 ms).
+#               in MySQL (polled every 10 ms);
+#   cpu         CPU µs per order of each program: the yardstick or the
+#               server, redis-server, mariadbd, wrk (user + system from
+#               /proc/<pid>/stat and wrk's rusage, from before the load to
+#               after the last row is in MySQL), written to $WORK/<mode>.cpu
+#               and summed up as medians. Redis and MariaDB are shared: a
+#               test suite running beside the benchmark shows up in them.
 # and the medians. Targets (issue 13): async >= 0.75 and lag <= 250 ms,
 # sync >= 0.35.
 #
@@ -25,6 +31,8 @@
 #   PAIRS=7 MODES=async loadtest/success.sh
 #   SERVER_REV=HEAD~3 loadtest/success.sh    # the server as of that commit
 #   PROFILE=1 loadtest/success.sh            # also perf-profile the server
+#                                            # and the yardstick, split by
+#                                            # stage (loadtest/stages.py)
 #
 # Needs go, wrk (apt-get installed if missing), mysql, redis-cli, curl, jq,
 # python3; perf for PROFILE=1. Generated files go to $WORK.
@@ -60,6 +68,7 @@ fresh_stores
 sql() { timeout 30 mysql -uroot -N -B "$DB" -e "$1"; }
 
 server_pid=
+PROFILE_RUN=0
 start_server() { # mode
 	HTTP_ADDR=$SERVER_ADDR MYSQL_DSN=$MYSQL_DSN REDIS_ADDR=$REDIS_ADDR REDIS_DB=$REDIS_DB \
 		JWT_SECRET=$JWT_SECRET PAYMENT_WEBHOOK_SECRET=$JWT_SECRET ADMIN_PHONES=13800000000 AUTH_DEV_CODES=true SECKILL_MODE=$1 \
@@ -104,29 +113,50 @@ new_voucher() {
 # Units left, as Redis counts them (GET /vouchers/{id}).
 left() { curl -fsS --max-time 10 "http://$SERVER_ADDR/vouchers/$1" | jq -r .stock; }
 
+# CPU accounting: clock ticks (user + system) of a process, and of the
+# stores the runs share. wrk's own comes from its rusage (/usr/bin/time).
+hz=$(getconf CLK_TCK)
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+redis_pid=$(timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" INFO server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }')
+mysql_pid=$(pgrep -xo mariadbd || pgrep -xo mysqld || true)
+[[ -n $mysql_pid && -r /proc/$redis_pid/stat ]] || { echo "success.sh: Redis and MariaDB must run on this machine (their CPU is read from /proc)" >&2; exit 1; }
+# cpu_now pid: "program redis mariadb" ticks now.
+cpu_now() { echo "$(ticks "$1") $(ticks "$redis_pid") $(ticks "$mysql_pid")"; }
+# cpu_line mode who orders "before" "after": one line of $WORK/<mode>.cpu,
+# "who orders program redis mariadb wrk", the last four in µs per order.
+cpu_line() {
+	# shellcheck disable=SC2086 # the tick lists are words on purpose
+	python3 -c 'import sys; who, n, hz, *t = sys.argv[1:]; n, hz = float(n), float(hz); t = list(map(float, t)); b, a, w = t[0:3], t[3:6], t[6]; print(who, int(n), *(f"{(y - x) / hz * 1e6 / max(n, 1):.1f}" for x, y in zip(b, a)), f"{w * 1e6 / max(n, 1):.1f}")' \
+		"$2" "$3" "$hz" $4 $5 "$(awk '{ print $1 + $2 }' "$WORK/wrk.time")" >>"$WORK/$1.cpu"
+}
+
 # run_wrk base-url voucher: one timed run; prints "req/s seconds requests".
 run_wrk() {
 	local out
-	out=$(timeout 60 wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s loadtest/reject.lua "$1" -- "$WORK/tokens.txt" "$2" "$THREADS")
+	out=$(/usr/bin/time -f '%U %S' -o "$WORK/wrk.time" timeout 60 wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s loadtest/reject.lua "$1" -- "$WORK/tokens.txt" "$2" "$THREADS")
 	grep -q 'Socket errors' <<<"$out" && log "$(grep 'Socket errors' <<<"$out") ($1)"
 	awk '/requests in/ { n = $1; s = $4; sub(/s,?$/, "", s) } /^Requests\/sec:/ { r = $2 } END { print r, s, n }' <<<"$out"
 }
 
-# yard_run: the yardstick takes units of a key of its own, never empty.
+# yard_run [mode]: the yardstick takes units of a key of its own, never
+# empty; with a mode, its CPU per request goes to $WORK/<mode>.cpu.
 yard_run() {
-	local id=$((900000 + RANDOM))
+	local id=$((900000 + RANDOM)) before rps n
 	rcli SET "yardstick:{v$id}:stock" "$STOCK" >/dev/null
-	read -r rps _ _ < <(run_wrk "http://$YARD_ADDR" "$id")
+	before=$(cpu_now "$yard_pid")
+	read -r rps _ n < <(run_wrk "http://$YARD_ADDR" "$id")
+	[[ -z ${1:-} ]] || cpu_line "$1" yardstick "$n" "$before" "$(cpu_now "$yard_pid")"
 	echo "$rps"
 }
 
 # server_run mode: a fresh voucher, one timed run; prints "orders/s lag-ms requests".
 server_run() {
-	local mode=$1 vid rps secs n orders t0 lag accepted
+	local mode=$1 vid rps secs n orders t0 lag accepted before
 	vid=$(new_voucher)
 	# Warm the voucher into the instance's cache and Redis: the first
 	# request of a voucher reads MySQL.
 	curl -sS -o /dev/null --max-time 5 -X POST -H "Authorization: Bearer $admin" "http://$SERVER_ADDR/seckill/$vid"
+	before=$(cpu_now "$server_pid")
 	read -r rps secs n < <(run_wrk "http://$SERVER_ADDR" "$vid")
 	t0=$(date +%s%N)
 	accepted=$((STOCK - $(left "$vid") - 1)) # the admin's warm-up order is not counted
@@ -142,6 +172,7 @@ server_run() {
 	else
 		orders=$(sql "SELECT COUNT(*) - 1 FROM voucher_orders WHERE voucher_id = $vid")
 	fi
+	[[ $PROFILE_RUN == 1 ]] || cpu_line "$mode" "$mode" "$orders" "$before" "$(cpu_now "$server_pid")"
 	((n < USERS)) || log "warning: $n requests for $USERS users: some users asked twice (answered already_ordered)"
 	python3 -c 'import sys; o, s = map(float, sys.argv[1:]); print(f"{o / s:.0f}")' "$orders" "$secs" | tr '\n' ' '
 	echo "$lag $n"
@@ -161,24 +192,49 @@ for mode in $MODES; do
 	yard_run >/dev/null
 	server_run "$mode" >/dev/null
 	: >"$WORK/$mode.pairs"
+	: >"$WORK/$mode.cpu"
 	for i in $(seq "$PAIRS"); do
-		y=$(yard_run)
+		y=$(yard_run "$mode")
 		s=$(server_run "$mode")
 		echo "$i $y $s" >>"$WORK/$mode.pairs"
 		python3 -c 'import sys; m, i, y, o, lag, n = sys.argv[1:]; y, o = float(y), float(o); print(f"{m:<6} pair {i}: yardstick {y:8.0f} req/s   {m} {o:8.0f} orders/s   ratio {o / y:.3f}" + (f"   lag {lag} ms" if m == "async" else ""))' \
 			"$mode" "$i" $y $s
 	done
+	python3 - "$mode" "$WORK/$mode.cpu" <<-'EOF'
+		import statistics, sys
+		mode, path = sys.argv[1], sys.argv[2]
+		rows = {}
+		for l in open(path):
+		    f = l.split()
+		    if f:
+		        rows.setdefault(f[0], []).append(list(map(float, f[2:])))
+		print(f"{mode:<6} CPU µs per order, medians of the runs:   program  redis  mariadb    wrk")
+		for who in ("yardstick", mode):
+		    r = rows.get(who, [])
+		    if r:
+		        print(f"{mode:<6}   {who:<40} " + " ".join(f"{statistics.median(x[i] for x in r):7.1f}" for i in range(4)))
+	EOF
 	if [[ $PROFILE == 1 ]] && command -v perf >/dev/null; then
-		log "$mode: perf record of the server during one run"
-		timeout 120 perf record -F 999 -g -p "$server_pid" -o "$WORK/$mode.perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &
-		perf_pid=$!
-		sleep 0.2
-		server_run "$mode" >/dev/null
-		wait "$perf_pid" || true
-		perf report -i "$WORK/$mode.perf.data" --no-children --percent-limit 1 --stdio -g none 2>/dev/null |
-			grep -E '^ +[0-9]' | head -30 >"$WORK/$mode.perf.self.txt" || true
-		log "$mode: top functions by self time ($WORK/$mode.perf.self.txt)"
-		cat "$WORK/$mode.perf.self.txt"
+		# One more run of each, under perf, apart from the figures above
+		# (perf itself costs CPU). Each profile is split into stages by
+		# loadtest/stages.py, scaled by the program's median µs per order.
+		for who in yardstick "$mode"; do
+			if [[ $who == yardstick ]]; then pid=$yard_pid; else pid=$server_pid; fi
+			us=$(awk -v w="$who" '$1 == w { print $3 }' "$WORK/$mode.cpu" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+			log "$mode: perf record of the $who during one run"
+			timeout 120 perf record -F 999 -g -p "$pid" -o "$WORK/$mode.$who.perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &
+			perf_pid=$!
+			sleep 0.2
+			PROFILE_RUN=1
+			if [[ $who == yardstick ]]; then yard_run >/dev/null; else server_run "$mode" >/dev/null; fi
+			PROFILE_RUN=0
+			wait "$perf_pid" || true
+			perf report -i "$WORK/$mode.$who.perf.data" --no-children --percent-limit 1 --stdio -g none 2>/dev/null |
+				grep -E '^ +[0-9]' | head -30 >"$WORK/$mode.$who.perf.self.txt" || true
+			perf script -i "$WORK/$mode.$who.perf.data" 2>/dev/null | python3 loadtest/stages.py "$us" >"$WORK/$mode.$who.stages.txt" || true
+			log "$mode: the $who's CPU by stage, at $us µs an order ($WORK/$mode.$who.stages.txt; top functions in $WORK/$mode.$who.perf.self.txt)"
+			cat "$WORK/$mode.$who.stages.txt"
+		done
 	fi
 	python3 - "$mode" "$WORK/$mode.pairs" <<-'EOF'
 		import statistics, sys
