@@ -101,16 +101,18 @@ for _ in $(seq 300); do
 done
 
 start_server sync
-if [[ $REUSE_TOKENS == 1 && -s $WORK/admin.txt && $(wc -l <"$WORK/tokens.txt" 2>/dev/null || echo 0) -ge $USERS &&
+# The admin logs in each time: an admin's rights are read from the database.
+log "admin logs in"
+timeout 60 "$WORK/tokens" -base "http://$SERVER_ADDR" -first 13800000000 -n 1 -out "$WORK/admin.txt" 2>/dev/null
+if [[ $REUSE_TOKENS == 1 && $(wc -l <"$WORK/tokens.txt" 2>/dev/null || echo 0) -ge $USERS &&
 	-n $(find "$WORK/tokens.txt" -mmin -60 2>/dev/null) ]]; then
-	# The tokens are self-contained (signed claims, JWT_SECRET is fixed):
-	# those of a run less than an hour old still hold, though the
+	# A buyer's token is self-contained (signed claims, JWT_SECRET is
+	# fixed): those of a run less than an hour old still hold, though the
 	# database of their users was made afresh (orders refer to users by
 	# ID only).
 	log "reusing the $USERS users' tokens of $WORK/tokens.txt"
 else
-	log "admin and $USERS users log in"
-	timeout 60 "$WORK/tokens" -base "http://$SERVER_ADDR" -first 13800000000 -n 1 -out "$WORK/admin.txt" 2>/dev/null
+	log "$USERS users log in"
 	timeout 600 "$WORK/tokens" -base "http://$SERVER_ADDR" -first 13900000000 -n "$USERS" -c 32 -out "$WORK/tokens.txt"
 fi
 admin=$(head -1 "$WORK/admin.txt")
