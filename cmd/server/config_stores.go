@@ -58,13 +58,25 @@ func mysqlVars(c *config, v *vars) {
 	c.MySQLMaxConns = v.int("MYSQL_MAX_OPEN_CONNS", 30, 1, 1000)
 }
 
+// defaultPipelines is REDIS_PIPELINES' default: one sender. Commands that
+// arrive while the sender waits for a batch's replies wait for it and go
+// out together in the next batch; with more senders the same commands are
+// spread over several smaller batches, each a write and a read on both
+// sides. On the 2-core benchmark machine (Redis, MariaDB and wrk beside the
+// server) one sender cost Redis 28 µs a sync order instead of 39 with four,
+// 17 an async order instead of 21, and the server 8 to 9 µs less
+// (BENCHMARKS.md, "Where an order's time goes"). More senders overlap
+// round trips, which may pay where Redis is across a network and its
+// round trip, not the system calls, is what a request waits for.
+const defaultPipelines = 1
+
 // redisVars reads where Redis is (redisWhere), which of its databases the
 // server uses, and how many connections and pipelines an instance has.
 func redisVars(c *config, v *vars) {
 	c.RedisDB = v.int("REDIS_DB", 0, 0, 1<<20)
 	c.Redis = redisWhere(v)
 	c.RedisPoolSize = v.int("REDIS_POOL_SIZE", 64, 1, 10000)
-	c.RedisPipelines = v.int("REDIS_PIPELINES", 4, 0, 64)
+	c.RedisPipelines = v.int("REDIS_PIPELINES", defaultPipelines, 0, 64)
 	if c.Redis.Cluster && c.RedisDB != 0 {
 		v.errorf("REDIS_DB=%d, but a Redis Cluster has only database 0", c.RedisDB)
 	}
