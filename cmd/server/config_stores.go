@@ -63,11 +63,12 @@ func mysqlVars(c *config, v *vars) {
 // out together in the next batch; with more senders the same commands are
 // spread over several smaller batches, each a write and a read on both
 // sides. On the 2-core benchmark machine (Redis, MariaDB and wrk beside the
-// server) one sender cost Redis 28 µs a sync order instead of 39 with four,
-// 17 an async order instead of 21, and the server 8 to 9 µs less
-// (BENCHMARKS.md, "Where an order's time goes"). More senders overlap
-// round trips, which may pay where Redis is across a network and its
-// round trip, not the system calls, is what a request waits for.
+// server), in 18 pairs against four senders, one sender cost Redis 31 µs a
+// sync order instead of 41 and 19 an async order instead of 21, the server
+// 8 µs less a sync order, and sync sold 3% more (BENCHMARKS.md, "Where an
+// order's time goes"). More senders overlap round trips, which may pay
+// where Redis is across a network and its round trip, not the system
+// calls, is what a request waits for.
 const defaultPipelines = 1
 
 // redisVars reads where Redis is (redisWhere), which of its databases the
