@@ -1,0 +1,73 @@
+package autopipe_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"seckill/internal/autopipe"
+	"seckill/internal/testenv"
+)
+
+// BenchmarkSenders runs a script from 64 goroutines at once (wrk's
+// connections in loadtest/success.sh) through 1, 2 and 4 senders, on a
+// redis-server of its own, and reports the commands a round trip carried
+// and what Redis spent a command (INFO cpu, its main thread and the rest):
+// fewer senders, bigger batches, fewer system calls on both sides.
+//
+//	go test -run '^$' -bench Senders -benchmem ./internal/autopipe
+func BenchmarkSenders(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	for _, senders := range []int{1, 2, 4} {
+		b.Run(strconv.Itoa(senders), func(b *testing.B) {
+			rdb := srv.Client(b)
+			p, err := autopipe.Attach(rdb, senders, 128)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			ctx := context.Background()
+			if err := incr.Load(ctx, rdb).Err(); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := redisCPU(b, rdb)
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := incr.Run(ctx, rdb, []string{"bench"}, 1).Err(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			batches, commands := p.Stats()
+			b.ReportMetric(float64(commands)/float64(max(batches, 1)), "cmds/trip")
+			b.ReportMetric((redisCPU(b, rdb)-cpu0)*1e6/float64(b.N), "redis-µs/op")
+		})
+	}
+}
+
+// redisCPU is the seconds of CPU the server has used (INFO cpu).
+func redisCPU(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += f
+		}
+	}
+	return sum
+}
