@@ -68,6 +68,7 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// overload is when it is wanted. So do the /live event streams, which
 	// last as long as their page (they have caps of their own), but not
 	// the live page or the crowd.
+	r.Use(web.ReuseKeys()) // before anything calls c.Set
 	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
 		r.Use(trace)
 	}

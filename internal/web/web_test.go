@@ -193,3 +193,27 @@ func TestJSONContentType(t *testing.T) {
 		t.Errorf("unsupported_media_type is %d, want 415", s)
 	}
 }
+
+// TestReuseKeys: what one request set is gone for the next, though its
+// map is reused, and the values work as gin's own map's would.
+func TestReuseKeys(t *testing.T) {
+	r := gin.New()
+	r.Use(ReuseKeys())
+	r.GET("/:set", func(c *gin.Context) {
+		if v, ok := c.Get("left"); ok {
+			t.Errorf("a value of an earlier request is still there: %v", v)
+		}
+		c.Set("left", c.Param("set"))
+		if v := c.GetString("left"); v != c.Param("set") {
+			t.Errorf("got %q back, want %q", v, c.Param("set"))
+		}
+		c.Status(http.StatusNoContent)
+	})
+	for _, p := range []string{"/a", "/b", "/c"} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+		if rec.Code != http.StatusNoContent {
+			t.Fatalf("%s: status %d", p, rec.Code)
+		}
+	}
+}

@@ -156,6 +156,7 @@ func BenchmarkSoldOutChain(b *testing.B) {
 	if err := r.SetTrustedProxies(nil); err != nil {
 		b.Fatal(err)
 	}
+	r.Use(web.ReuseKeys())
 	r.Use(m.Seckill(route), rec.Middleware(route), web.Recover(log),
 		web.Harden(), web.ReadBody(web.BodyTimeout, web.SmallBody), live.PassStreams("/vouchers/:id/room/events", live.PassStreams("/live/:voucherId/events", inFlight)),
 		web.ReadBody(web.BodyTimeout, web.MaxBody))
