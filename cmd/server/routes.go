@@ -73,7 +73,7 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 		r.Use(trace)
 	}
 	inFlight := a.slots.Limit(fail, "/healthz", "/readyz", "/metrics")
-	r.Use(a.metrics.Seckill(seckillRoute), a.live.Middleware(seckillRoute), web.Recover(log),
+	r.Use(web.Observe(seckillRoute, a.metrics.ObserveSeckill, a.live.Observe), web.Recover(log),
 		web.Harden(), web.ReadBody(cfg.BodyTimeout, web.SmallBody), live.PassStreams(roomEventsRoute, live.PassStreams(eventsRoute, inFlight)),
 		web.ReadBody(cfg.BodyTimeout, web.MaxBody))
 

@@ -155,6 +155,32 @@ func Answer(c *gin.Context) string {
 	return string(apperr.Internal)
 }
 
+// An Observer is told of every answer to a route Observe watches: c,
+// the answer's name (Answer), and how long the request took from Observe
+// on.
+type Observer func(c *gin.Context, answer string, took time.Duration)
+
+// Observe is a middleware that tells each of observers of every answer to
+// route (gin's pattern, such as "/seckill/:voucherId"); other routes pass
+// through. The buy button has two watchers (packages metrics and live):
+// one middleware for both reads the clock twice a request, not four
+// times, and looks the answer up once (a clock read was about 30 ns of
+// the sold-out answer's chain of 2 µs).
+func Observe(route string, observers ...Observer) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.FullPath() != route {
+			c.Next()
+			return
+		}
+		start := time.Now()
+		c.Next()
+		took, answer := time.Since(start), Answer(c)
+		for _, o := range observers {
+			o(c, answer, took)
+		}
+	}
+}
+
 // JSON writes v with the given status.
 func JSON(c *gin.Context, status int, v any) { c.JSON(status, v) }
 

@@ -157,7 +157,7 @@ func BenchmarkSoldOutChain(b *testing.B) {
 		b.Fatal(err)
 	}
 	r.Use(web.ReuseKeys())
-	r.Use(m.Seckill(route), rec.Middleware(route), web.Recover(log),
+	r.Use(web.Observe(route, m.ObserveSeckill, rec.Observe), web.Recover(log),
 		web.Harden(), web.ReadBody(web.BodyTimeout, web.SmallBody), live.PassStreams("/vouchers/:id/room/events", live.PassStreams("/live/:voucherId/events", inFlight)),
 		web.ReadBody(web.BodyTimeout, web.MaxBody))
 	throttle := admission.NewBuckets(1e9, 1<<20, time.Now).PerUser(fail) // never refuses: every answer is sold_out
