@@ -390,7 +390,9 @@ func Harden() gin.HandlerFunc {
 		for k, v := range headers {
 			h[k] = v
 		}
-		if len(c.Request.Header.Values("Authorization")) > 1 {
+		// Indexed by its canonical name, as Header.Values would after
+		// canonicalising it again on every request.
+		if len(c.Request.Header["Authorization"]) > 1 {
 			abort(c, http.StatusBadRequest, apperr.InvalidArgument, "send one Authorization header, not several")
 			return
 		}
