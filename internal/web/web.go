@@ -101,7 +101,9 @@ func abort(c *gin.Context, status int, code apperr.Code, msg string) {
 		h["Content-Type"] = jsonType
 	}
 	c.Writer.WriteHeader(status)
-	_, _ = c.Writer.Write(b) // a client gone away: nobody to tell
+	if _, err := c.Writer.Write(b); err != nil {
+		_ = c.Error(err) // as c.Data records it, for the trace's span
+	}
 }
 
 // jsonType is the Content-Type of every envelope. Never changed: it is
@@ -423,6 +425,9 @@ func ReuseKeys() gin.HandlerFunc {
 		keys := keysPool.Get().(map[any]any)
 		c.Keys = keys
 		c.Next()
+		// Not deferred: a panic that gets this far (Recover passes
+		// http.ErrAbortHandler on) leaves the map to the garbage
+		// collector, as gin's own would be.
 		c.Keys = nil
 		clear(keys)
 		keysPool.Put(keys)
