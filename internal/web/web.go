@@ -380,17 +380,22 @@ func NotFound(c *gin.Context) {
 func Harden() gin.HandlerFunc {
 	// The keys are canonical already and the values never change: set as
 	// map entries, on every request of the hot path, they cost no
-	// canonicalising and no allocation of their own.
-	headers := map[string][]string{
-		"X-Content-Type-Options":  {"nosniff"},
-		"X-Frame-Options":         {"DENY"},
-		"Content-Security-Policy": {"frame-ancestors 'none'"},
-		"Referrer-Policy":         {"no-referrer"},
+	// canonicalising and no allocation of their own. A list, not a map:
+	// ranging over a map starts at a random place and walks its table,
+	// which cost more than the four assignments.
+	headers := [...]struct {
+		key    string
+		values []string
+	}{
+		{"X-Content-Type-Options", []string{"nosniff"}},
+		{"X-Frame-Options", []string{"DENY"}},
+		{"Content-Security-Policy", []string{"frame-ancestors 'none'"}},
+		{"Referrer-Policy", []string{"no-referrer"}},
 	}
 	return func(c *gin.Context) {
 		h := c.Writer.Header()
-		for k, v := range headers {
-			h[k] = v
+		for _, kv := range headers {
+			h[kv.key] = kv.values
 		}
 		// Indexed by its canonical name, as Header.Values would after
 		// canonicalising it again on every request.
