@@ -68,11 +68,12 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// overload is when it is wanted. So do the /live event streams, which
 	// last as long as their page (they have caps of their own), but not
 	// the live page or the crowd.
+	r.Use(web.ReuseKeys()) // before anything calls c.Set
 	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
 		r.Use(trace)
 	}
 	inFlight := a.slots.Limit(fail, "/healthz", "/readyz", "/metrics")
-	r.Use(a.metrics.Seckill(seckillRoute), a.live.Middleware(seckillRoute), web.Recover(log),
+	r.Use(web.Observe(seckillRoute, a.metrics.ObserveSeckill, a.live.Observe), web.Recover(log),
 		web.Harden(), web.ReadBody(cfg.BodyTimeout, web.SmallBody), live.PassStreams(roomEventsRoute, live.PassStreams(eventsRoute, inFlight)),
 		web.ReadBody(cfg.BodyTimeout, web.MaxBody))
 

@@ -311,7 +311,13 @@ const identityKey = "auth.identity"
 // token through, and records who sent them for From.
 func (t *Tokens) Authenticate(fail func(*gin.Context, error)) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		h := c.GetHeader("Authorization")
+		// Header["Authorization"], the name as net/http stores it, is
+		// c.GetHeader("Authorization") without canonicalising the name
+		// again on every request.
+		var h string
+		if v := c.Request.Header["Authorization"]; len(v) > 0 {
+			h = v[0]
+		}
 		const prefix = "Bearer " // the scheme is case-insensitive (RFC 9110)
 		if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 			fail(c, ErrBadToken)

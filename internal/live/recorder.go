@@ -123,36 +123,37 @@ func NewRecorder(rdb redis.UniversalClient, log *slog.Logger) *Recorder {
 // counted at all: else ten thousand requests without a token, each to a
 // made-up ID, would fill the Recorder (maxVouchers) and stop it counting
 // the real sale, and have every flush write to Redis for each of them.
+//
+// cmd/server installs Observe instead, through web.Observe with the
+// metrics' observer, so that one middleware times both.
 func (r *Recorder) Middleware(route string) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if c.FullPath() != route {
-			c.Next()
-			return
-		}
-		start := time.Now()
-		c.Next()
-		i, ok := outcomeIndex[web.Answer(c)]
-		if !ok {
-			return // no token, no such voucher, no valid ID: no buyer, or nothing to buy
-		}
-		id, err := strconv.ParseInt(c.Param("voucherId"), 10, 64)
-		if err != nil || id <= 0 {
-			return
-		}
-		v, _ := r.vouchers.Load(id)
-		if v == nil {
-			if !afterLookup(c) || r.n.Load() >= maxVouchers {
-				return
-			}
-			var loaded bool
-			if v, loaded = r.vouchers.LoadOrStore(id, &counts{}); !loaded {
-				r.n.Add(1)
-			}
-		}
-		cs := v.(*counts)
-		cs.answers[i].Add(1)
-		cs.latency[bucketOf(time.Since(start))].Add(1)
+	return web.Observe(route, r.Observe)
+}
+
+// Observe is a web.Observer of the buy button's route: it counts one
+// answer, as Middleware describes.
+func (r *Recorder) Observe(c *gin.Context, answer string, took time.Duration) {
+	i, ok := outcomeIndex[answer]
+	if !ok {
+		return // no token, no such voucher, no valid ID: no buyer, or nothing to buy
 	}
+	id, err := strconv.ParseInt(c.Param("voucherId"), 10, 64)
+	if err != nil || id <= 0 {
+		return
+	}
+	v, _ := r.vouchers.Load(id)
+	if v == nil {
+		if !afterLookup(c) || r.n.Load() >= maxVouchers {
+			return
+		}
+		var loaded bool
+		if v, loaded = r.vouchers.LoadOrStore(id, &counts{}); !loaded {
+			r.n.Add(1)
+		}
+	}
+	cs := v.(*counts)
+	cs.answers[i].Add(1)
+	cs.latency[bucketOf(took)].Add(1)
 }
 
 // afterLookup reports whether the buy button's answer in c proves that

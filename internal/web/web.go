@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -38,6 +39,15 @@ const MaxBody = 1 << 20
 // generic internal error: the client never sees internal detail. An error
 // made with apperr.RetryAfter also gets a Retry-After header.
 func Error(c *gin.Context, log *slog.Logger, err error) {
+	// The answers of a sale's flood (sold_out, already_ordered, busy from
+	// the rate) are bare sentinels: no chain to search for a
+	// cancellation or a Retry-After (which wrap them), and nothing to log.
+	// Answered at once, they skip three searches of the chain by
+	// reflection (errors.Is, errors.As twice).
+	if e, ok := err.(*apperr.Error); ok && e.Code != apperr.Unavailable {
+		abort(c, apperr.Status(e.Code), e.Code, e.Message)
+		return
+	}
 	e := apperr.As(err)
 	switch {
 	case errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil:
@@ -80,8 +90,25 @@ func abort(c *gin.Context, status int, code apperr.Code, msg string) {
 	b = append(b, "}}"...)
 	c.Set(answerKey, code)
 	c.Abort()
-	c.Data(status, "application/json; charset=utf-8", b)
+	// What gin's c.Data does, without what it costs: its Content-Type
+	// is a slice allocated per call (this one is shared: net/http only
+	// reads it), and its Content-Length a header set by name, which
+	// canonicalises the name and allocates the number. net/http writes
+	// the same Content-Length itself, from its own buffer, for an answer
+	// that is whole when the handler returns, as every envelope is.
+	h := c.Writer.Header()
+	if len(h["Content-Type"]) == 0 {
+		h["Content-Type"] = jsonType
+	}
+	c.Writer.WriteHeader(status)
+	if _, err := c.Writer.Write(b); err != nil {
+		_ = c.Error(err) // as c.Data records it, for the trace's span
+	}
 }
+
+// jsonType is the Content-Type of every envelope. Never changed: it is
+// shared by every answer's header map.
+var jsonType = []string{"application/json; charset=utf-8"}
 
 // appendString appends s as a JSON string: quotes, backslashes and
 // control characters escaped, invalid UTF-8 replaced by U+FFFD (as
@@ -128,6 +155,32 @@ func Answer(c *gin.Context) string {
 		return string(code.(apperr.Code))
 	}
 	return string(apperr.Internal)
+}
+
+// An Observer is told of every answer to a route Observe watches: c,
+// the answer's name (Answer), and how long the request took from Observe
+// on.
+type Observer func(c *gin.Context, answer string, took time.Duration)
+
+// Observe is a middleware that tells each of observers of every answer to
+// route (gin's pattern, such as "/seckill/:voucherId"); other routes pass
+// through. The buy button has two watchers (packages metrics and live):
+// one middleware for both reads the clock twice a request, not four
+// times, and looks the answer up once (a clock read was about 30 ns of
+// the sold-out answer's chain of 2 µs).
+func Observe(route string, observers ...Observer) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.FullPath() != route {
+			c.Next()
+			return
+		}
+		start := time.Now()
+		c.Next()
+		took, answer := time.Since(start), Answer(c)
+		for _, o := range observers {
+			o(c, answer, took)
+		}
+	}
 }
 
 // JSON writes v with the given status.
@@ -327,22 +380,61 @@ func NotFound(c *gin.Context) {
 func Harden() gin.HandlerFunc {
 	// The keys are canonical already and the values never change: set as
 	// map entries, on every request of the hot path, they cost no
-	// canonicalising and no allocation of their own.
-	headers := map[string][]string{
-		"X-Content-Type-Options":  {"nosniff"},
-		"X-Frame-Options":         {"DENY"},
-		"Content-Security-Policy": {"frame-ancestors 'none'"},
-		"Referrer-Policy":         {"no-referrer"},
+	// canonicalising and no allocation of their own. A list, not a map:
+	// ranging over a map starts at a random place and walks its table,
+	// which cost more than the four assignments.
+	headers := [...]struct {
+		key    string
+		values []string
+	}{
+		{"X-Content-Type-Options", []string{"nosniff"}},
+		{"X-Frame-Options", []string{"DENY"}},
+		{"Content-Security-Policy", []string{"frame-ancestors 'none'"}},
+		{"Referrer-Policy", []string{"no-referrer"}},
 	}
 	return func(c *gin.Context) {
 		h := c.Writer.Header()
-		for k, v := range headers {
-			h[k] = v
+		for _, kv := range headers {
+			h[kv.key] = kv.values
 		}
-		if len(c.Request.Header.Values("Authorization")) > 1 {
+		// Indexed by its canonical name, as Header.Values would after
+		// canonicalising it again on every request.
+		if len(c.Request.Header["Authorization"]) > 1 {
 			abort(c, http.StatusBadRequest, apperr.InvalidArgument, "send one Authorization header, not several")
 			return
 		}
 		c.Next()
+	}
+}
+
+// keysPool holds the maps of values gin keeps per request (c.Keys, what
+// c.Set and c.Get use), for ReuseKeys.
+var keysPool = sync.Pool{New: func() any { return make(map[any]any, 4) }}
+
+// ReuseKeys gives each request a map for c.Set from a pool, and gives it
+// back, emptied, when the request is done. gin makes a fresh map on a
+// request's first c.Set (the token's identity, the answer's code: every
+// buy request sets both), about 300 bytes for the garbage collector on
+// every answer of a sale's flood; the pool makes it a few nanoseconds.
+//
+// It must come first, before any middleware that calls c.Set. It is as
+// safe as gin itself: gin reuses the whole Context once the request is
+// done, so nothing may keep c past it anyway (gin's c.Copy, the way to
+// hand a request to a goroutine, copies the map).
+func ReuseKeys() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Keys != nil { // set before us: leave it be
+			c.Next()
+			return
+		}
+		keys := keysPool.Get().(map[any]any)
+		c.Keys = keys
+		c.Next()
+		// Not deferred: a panic that gets this far (Recover passes
+		// http.ErrAbortHandler on) leaves the map to the garbage
+		// collector, as gin's own would be.
+		c.Keys = nil
+		clear(keys)
+		keysPool.Put(keys)
 	}
 }

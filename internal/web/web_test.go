@@ -193,3 +193,57 @@ func TestJSONContentType(t *testing.T) {
 		t.Errorf("unsupported_media_type is %d, want 415", s)
 	}
 }
+
+// TestReuseKeys: what one request set is gone for the next, though its
+// map is reused, and the values work as gin's own map's would.
+func TestReuseKeys(t *testing.T) {
+	r := gin.New()
+	r.Use(ReuseKeys())
+	r.GET("/:set", func(c *gin.Context) {
+		if v, ok := c.Get("left"); ok {
+			t.Errorf("a value of an earlier request is still there: %v", v)
+		}
+		c.Set("left", c.Param("set"))
+		if v := c.GetString("left"); v != c.Param("set") {
+			t.Errorf("got %q back, want %q", v, c.Param("set"))
+		}
+		c.Status(http.StatusNoContent)
+	})
+	for _, p := range []string{"/a", "/b", "/c"} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+		if rec.Code != http.StatusNoContent {
+			t.Fatalf("%s: status %d", p, rec.Code)
+		}
+	}
+}
+
+// TestErrorOverHTTP: an envelope sent by a real server carries its
+// Content-Length and Content-Type (abort leaves the length to net/http,
+// where gin's c.Data set it itself).
+func TestErrorOverHTTP(t *testing.T) {
+	r := gin.New()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r.POST("/x", func(c *gin.Context) { Error(c, log, apperr.New(apperr.SoldOut, "sold out")) })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/x", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"error":{"code":"sold_out","message":"sold out"}}`
+	if resp.StatusCode != http.StatusConflict || string(body) != want {
+		t.Errorf("got %d %s, want 409 %s", resp.StatusCode, body, want)
+	}
+	if resp.ContentLength != int64(len(want)) || resp.Header.Get("Content-Length") == "" {
+		t.Errorf("Content-Length %q (%d), want %d", resp.Header.Get("Content-Length"), resp.ContentLength, len(want))
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
+}
