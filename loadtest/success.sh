@@ -104,7 +104,7 @@ start_server sync
 # The admin logs in each time: an admin's rights are read from the database.
 log "admin logs in"
 timeout 60 "$WORK/tokens" -base "http://$SERVER_ADDR" -first 13800000000 -n 1 -out "$WORK/admin.txt" 2>/dev/null
-if [[ $REUSE_TOKENS == 1 && $(wc -l <"$WORK/tokens.txt" 2>/dev/null || echo 0) -ge $USERS &&
+if [[ $REUSE_TOKENS == 1 && -f $WORK/tokens.txt && $(wc -l <"$WORK/tokens.txt") -ge $USERS &&
 	-n $(find "$WORK/tokens.txt" -mmin -60 2>/dev/null) ]]; then
 	# A buyer's token is self-contained (signed claims, JWT_SECRET is
 	# fixed): those of a run less than an hour old still hold, though the
@@ -131,7 +131,9 @@ left() { curl -fsS --max-time 10 "http://$SERVER_ADDR/vouchers/$1" | jq -r .stoc
 hz=$(getconf CLK_TCK)
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 redis_pid=$(timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" INFO server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }')
-mysql_pid=$(pgrep -xo mariadbd || pgrep -xo mysqld || true)
+# MariaDB's, from the server the runs use: its pid file (the oldest
+# mariadbd on the machine may be another, a test's own).
+mysql_pid=$(cat "$(timeout 10 mysql -uroot -N -B -e 'SELECT @@pid_file')" 2>/dev/null || true)
 [[ -n $mysql_pid && -r /proc/$redis_pid/stat ]] || { echo "success.sh: Redis and MariaDB must run on this machine (their CPU is read from /proc)" >&2; exit 1; }
 # cpu_now pid: "program redis mariadb" ticks now.
 cpu_now() { echo "$(ticks "$1") $(ticks "$redis_pid") $(ticks "$mysql_pid")"; }

@@ -68,7 +68,13 @@ func (a *app) routes(cfg config, st *stores, log *slog.Logger) (*gin.Engine, err
 	// overload is when it is wanted. So do the /live event streams, which
 	// last as long as their page (they have caps of their own), but not
 	// the live page or the crowd.
-	r.Use(web.ReuseKeys()) // before anything calls c.Set
+	// The map of values gin keeps per request (c.Set, c.Get) is reused
+	// from one request to the next (web.ReuseKeys), before anything calls
+	// c.Set. So nothing may use c, or c as a context.Context, once its
+	// handler has returned: a goroutine that outlives the request takes
+	// c.Copy() or c.Request.Context(), never c. (A straggler reading the
+	// map would see the next request's values, another buyer's identity.)
+	r.Use(web.ReuseKeys())
 	if trace := st.tracer.Middleware(cfg.Tracing.Service); trace != nil {
 		r.Use(trace)
 	}

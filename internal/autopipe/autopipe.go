@@ -155,6 +155,11 @@ func (c *call) release() {
 
 // alone names the commands that go straight to their connection:
 //   - those that may wait on the server, which would hold up a batch;
+//   - those whose reply may be long (a range of a stream, the entries
+//     pending or claimed, a whole set or hash, a scan): the sender reads
+//     and parses every reply of its batch before the next batch goes, so
+//     one of them would hold up every command behind it (with one sender,
+//     the default, every command of the instance);
 //   - those about the connection itself, which go-redis sends through the
 //     hooks while it sets a new connection up (HELLO, AUTH, ...): they must
 //     reach that connection, not a sender's, and a sender may be the one
@@ -164,6 +169,8 @@ func alone(name string) bool {
 	switch strings.ToLower(name) {
 	case "xread", "xreadgroup", "blpop", "brpop", "brpoplpush", "blmove", "blmpop",
 		"bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof",
+		"xrange", "xrevrange", "xpending", "xclaim", "xautoclaim",
+		"hgetall", "smembers", "scan", "sscan", "hscan", "zscan",
 		"hello", "auth", "select", "client", "readonly", "readwrite", "reset", "quit",
 		"multi", "exec", "discard", "watch", "unwatch":
 		return true

@@ -12,13 +12,14 @@ import (
 	"seckill/internal/testenv"
 )
 
-// BenchmarkSenders runs a script from 64 goroutines at once (wrk's
-// connections in loadtest/success.sh) through 1, 2 and 4 senders, on a
-// redis-server of its own, and reports the commands a round trip carried
-// and what Redis spent a command (INFO cpu, its main thread and the rest):
-// fewer senders, bigger batches, fewer system calls on both sides.
+// BenchmarkSenders runs a script from 32 goroutines a core at once (64 on
+// two cores, as wrk's connections in loadtest/success.sh) through 1, 2
+// and 4 senders, on a redis-server of its own, and reports the commands a
+// round trip carried and what Redis spent a command (INFO cpu, its main
+// thread and the rest): fewer senders, bigger batches, fewer system calls
+// on both sides.
 //
-//	go test -run '^$' -bench Senders -benchmem ./internal/autopipe
+//	SECKILL_INTEGRATION=1 go test -run '^$' -bench Senders -benchmem ./internal/autopipe
 func BenchmarkSenders(b *testing.B) {
 	srv := testenv.StartRedis(b)
 	for _, senders := range []int{1, 2, 4} {
@@ -34,7 +35,7 @@ func BenchmarkSenders(b *testing.B) {
 				b.Fatal(err)
 			}
 			cpu0 := redisCPU(b, rdb)
-			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.SetParallelism(32) // 32 goroutines a core: 64 on the 2-core machine of BENCHMARKS.md
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

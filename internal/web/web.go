@@ -39,12 +39,13 @@ const MaxBody = 1 << 20
 // generic internal error: the client never sees internal detail. An error
 // made with apperr.RetryAfter also gets a Retry-After header.
 func Error(c *gin.Context, log *slog.Logger, err error) {
-	// The answers of a sale's flood (sold_out, already_ordered, busy from
-	// the rate) are bare sentinels: no chain to search for a
-	// cancellation or a Retry-After (which wrap them), and nothing to log.
-	// Answered at once, they skip three searches of the chain by
+	// Most answers of a sale's flood (sold_out, already_ordered, and
+	// not_started, ended, not_admitted) are bare sentinels: no chain to
+	// search for a cancellation or a Retry-After (which wrap them; the
+	// rate's busy is one of those, and goes the long way), and nothing to
+	// log. Answered at once, they skip three searches of the chain by
 	// reflection (errors.Is, errors.As twice).
-	if e, ok := err.(*apperr.Error); ok && e.Code != apperr.Unavailable {
+	if e, ok := err.(*apperr.Error); ok && e != nil && e.Code != apperr.Unavailable {
 		abort(c, apperr.Status(e.Code), e.Code, e.Message)
 		return
 	}
@@ -95,10 +96,16 @@ func abort(c *gin.Context, status int, code apperr.Code, msg string) {
 	// reads it), and its Content-Length a header set by name, which
 	// canonicalises the name and allocates the number. net/http writes
 	// the same Content-Length itself, from its own buffer, for an answer
-	// that is whole when the handler returns, as every envelope is.
+	// that fits that buffer (2 KiB) and is whole when the handler
+	// returns, as the envelopes of the hot paths are. A longer one (a
+	// message that echoes what the client sent) gets its length here, so
+	// that no envelope goes out chunked.
 	h := c.Writer.Header()
 	if len(h["Content-Type"]) == 0 {
 		h["Content-Type"] = jsonType
+	}
+	if len(b) > 2048 {
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	}
 	c.Writer.WriteHeader(status)
 	if _, err := c.Writer.Write(b); err != nil {

@@ -66,10 +66,12 @@ const (
 // whichever bucket its unit came from. Accept sets e.Bucket to the bucket
 // it asked last.
 //
-// An error (Redis' own, unwrapped) means nothing was accepted, or only
-// the answer was lost after the script ran, or the script may still run
-// (the command sits in a stalled connection). Whoever must tell the buyer
-// asks Lost, with e as Accept left it.
+// An error that is ErrRefused means Redis refused the script (or the
+// claim) at its first write: nothing was accepted, for certain. Any other
+// error (Redis' own, unwrapped) means nothing was accepted, or only the
+// answer was lost after the script ran, or the script may still run (the
+// command sits in a stalled connection): whoever must tell the buyer asks
+// Lost, with e as Accept left it.
 func (q *Queue) Accept(ctx context.Context, e *Entry) (Result, error) {
 	e.Bucket = e.home()
 	res, err := q.run(ctx, *e, e.voidKey(), "", 0)
@@ -173,13 +175,21 @@ func (q *Queue) run(ctx context.Context, e Entry, last, replay string, until int
 var ErrRefused = errors.New("queue: Redis refused the order before taking anything")
 
 // refusal marks err as ErrRefused when it is one of Redis' refusals of a
-// write: OOM (full, at maxmemory), MISCONF (it cannot save to disk) or
-// READONLY (a replica). Redis checks them at a script's first write, and
-// once a script has written it is let finish (OOM is not checked again;
-// the other two cannot change while a script runs), so such an error means
-// the script wrote nothing.
+// write: OOM (full, at maxmemory), MISCONF (it cannot save to disk),
+// READONLY (a replica) or NOREPLICAS (min-replicas-to-write not met).
+// Redis checks them at a script's first write, and once a script has
+// written it is let finish (OOM is not checked again; the others cannot
+// change while a script runs), so such an error means the script wrote
+// nothing.
+//
+// Two conditions make that true. Redis 7 or later: Redis 6 wraps a
+// script's refusal as "ERR Error running script ...", which is not
+// matched, and goes to Lost as before (safe, only slow). And a client that
+// never sends a command again by itself (MaxRetries -1, as the server's
+// is): a command sent again after a broken connection and refused the
+// second time may have run the first.
 func refusal(err error) error {
-	for _, prefix := range []string{"OOM", "MISCONF", "READONLY"} {
+	for _, prefix := range []string{"OOM", "MISCONF", "READONLY", "NOREPLICAS"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return fmt.Errorf("%w: %w", ErrRefused, err)
 		}

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"strings"
 	"testing"
@@ -132,5 +134,38 @@ func (h *fillBeforeAccept) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 			}
 		}()
 		return next(ctx, cmd)
+	}
+}
+
+// replyError is an error reply as go-redis hands it over (it implements
+// redis.Error): only a private-server test can make Redis send each of
+// them, and only OOM is made above.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// Which errors mean "Redis refused the write, nothing ran": Redis 7's
+// replies that keep their code, wrapped or not; not Redis 6's wrapping of
+// a script's error, not a network error, not a reply of another kind.
+func TestRefusal(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{replyError("OOM command not allowed when used memory > 'maxmemory'. script: abc, on @user_script:100."), true},
+		{replyError("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."), true},
+		{replyError("READONLY You can't write against a read only replica. script: abc, on @user_script:12."), true},
+		{replyError("NOREPLICAS Not enough good replicas to write."), true},
+		{fmt.Errorf("claim buyer: %w", replyError("OOM command not allowed when used memory > 'maxmemory'.")), true},
+		{replyError("ERR Error running script (call to f_abc): @user_script:100: -OOM command not allowed"), false},
+		{replyError("NOSCRIPT No matching script."), false},
+		{replyError("BUSY Redis is busy running a script."), false},
+		{errors.New("OOM lookalike that is no reply"), false},
+		{io.ErrUnexpectedEOF, false},
+	} {
+		if got := errors.Is(refusal(c.err), ErrRefused); got != c.want {
+			t.Errorf("refusal(%q) is ErrRefused: %v, want %v", c.err, got, c.want)
+		}
 	}
 }
