@@ -3,9 +3,6 @@ package order
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,12 +10,8 @@ import (
 	"gorm.io/gorm"
 
 	"seckill/internal/apperr"
-	"seckill/internal/idworker"
-	"seckill/internal/lock"
-	"seckill/internal/order/queue"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
-	"seckill/internal/voucher"
 )
 
 // A Redis that is full refuses the stock script before it writes
@@ -43,31 +36,12 @@ func TestSeckillAnswersAtOnceWhenRedisIsFull(t *testing.T) {
 
 func seckillWhenFull(t *testing.T, rdb *redis.Client, db *gorm.DB, async bool) {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stocks := stock.NewStore(rdb, 15*time.Second)
-	q := queue.New(rdb, stocks)
-	vouchers := voucher.NewService(db, stocks, nil, nil, time.Now, log)
-	title, units := "full", int64(5)
-	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
-	v, err := vouchers.Create(ctx, 0, "", voucher.CreateInput{Title: &title, Stock: &units, BeginTime: &begin, EndTime: &end})
-	if err != nil {
-		t.Fatal(err)
-	}
-	voucherID, err := strconv.ParseInt(v.ID, 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := DefaultConfig
 	cfg.Async = async
 	cfg.WriteTimeout = time.Minute
-	s := NewService(db, q, vouchers, stocks, lock.NewRedis(rdb), idworker.New(rdb, time.Now, IDFloor(db, q)), time.Now, log, cfg)
-	if !async {
-		wctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.RunWriter(wctx); close(done) }()
-		t.Cleanup(func() { stop(); <-done })
-	}
-	t.Cleanup(s.Close)
+	s, vouchers := newService(t, db, rdb, cfg)
+	units := int64(5)
+	voucherID := onSale(t, vouchers, units)
 	// One order first, so that the ID pool and the voucher are at hand:
 	// what is refused below is the order alone.
 	if _, err := s.Seckill(ctx, 1, voucherID); err != nil {
@@ -78,7 +52,7 @@ func seckillWhenFull(t *testing.T, rdb *redis.Client, db *gorm.DB, async bool) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = s.Seckill(ctx, 2, voucherID)
+	_, err := s.Seckill(ctx, 2, voucherID)
 	took := time.Since(start)
 	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)

@@ -3,18 +3,10 @@ package order
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
-	"seckill/internal/idworker"
-	"seckill/internal/lock"
-	"seckill/internal/order/queue"
-	"seckill/internal/stock"
 	"seckill/internal/testenv"
-	"seckill/internal/voucher"
 )
 
 // BenchmarkSeckillFromMemory is what Service.Seckill costs a request the
@@ -26,34 +18,11 @@ import (
 //	go test -run '^$' -bench SeckillFromMemory -benchmem ./internal/order/
 func BenchmarkSeckillFromMemory(b *testing.B) {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rdb := testenv.Redis(b, 0)
-	db := testenv.Open(b, testenv.MySQLDSN(b))
-	stocks := stock.NewStore(rdb, 15*time.Second)
-	q := queue.New(rdb, stocks)
-	vouchers := voucher.NewService(db, stocks, nil, nil, time.Now, log)
-	create := func(units int64) int64 {
-		title := "memory bench"
-		begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
-		v, err := vouchers.Create(ctx, 0, "", voucher.CreateInput{Title: &title, Stock: &units, BeginTime: &begin, EndTime: &end})
-		if err != nil {
-			b.Fatal(err)
-		}
-		id, err := strconv.ParseInt(v.ID, 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return id
-	}
 	cfg := DefaultConfig
 	cfg.SoldOutMemo = time.Hour // every answer from memory, none from Redis
-	s := NewService(db, q, vouchers, stocks, lock.NewRedis(rdb), idworker.New(rdb, time.Now, IDFloor(db, q)), time.Now, log, cfg)
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.RunWriter(wctx); close(done) }()
-	b.Cleanup(func() { stop(); <-done; s.Close() })
+	s, vouchers := newService(b, testenv.Open(b, testenv.MySQLDSN(b)), testenv.Redis(b, 0), cfg)
 
-	soldOut, ordered := create(0), create(10)
+	soldOut, ordered := onSale(b, vouchers, 0), onSale(b, vouchers, 10)
 	const buyer = 7
 	if _, err := s.Seckill(ctx, buyer, ordered); err != nil {
 		b.Fatal(err)
