@@ -10,7 +10,13 @@
 #               /vouchers/{id} shows the whole stock again);
 #   buying      the other voucher's orders/s (wrk, DURATION windows, one
 #               after the other) before the deadline and while the expiry
-#               runs, and their ratio: the expiry's cost to the sale.
+#               runs, and their ratio: the expiry's cost to the sale;
+#   or, SALE=0  no sale: the CPU the expiry itself costs the servers,
+#               Redis and MariaDB, from the deadline until the last unit is
+#               on sale, in all, an order, and as a share of the machine's
+#               cores over the 10 s the expiry may take: what a sale
+#               running beside it, if CPU-bound on the same cores, must
+#               give up.
 #
 # The orders are written straight into MySQL (INSERT ... SELECT from
 # MariaDB's sequence engine, seq_1_to_N: a MySQL server would need a
@@ -24,6 +30,7 @@
 #   loadtest/expire.sh
 #   ORDERS=100000 INSTANCES=3 loadtest/expire.sh
 #   SERVER_REV=HEAD~1 loadtest/expire.sh
+#   SALE=0 ORDERS=100000 INSTANCES=3 loadtest/expire.sh  # the expiry's own CPU
 #
 # Needs go, wrk, mysql (MariaDB), redis-cli, curl, jq, python3.
 set -euo pipefail
@@ -37,6 +44,7 @@ THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
 USERS=${USERS:-60000} # buyers of the other voucher: more than the windows sell
 LEAD=${LEAD:-25}      # seconds from writing the orders to their pay_by
+SALE=${SALE:-1}       # 0: no buying beside the expiry; measure its CPU instead
 WORK=${WORK:-/tmp/seckill-expire}
 REDIS_ADDR=${REDIS_ADDR:-127.0.0.1:6379}
 REDIS_DB=3
@@ -56,12 +64,14 @@ fresh_stores
 sql() { timeout 120 mysql -uroot -N -B "$DB" -e "$1"; }
 
 addr() { echo "127.0.0.1:$((BASE_PORT + $1))"; }
+server_pids=()
 for i in $(seq 0 $((INSTANCES - 1))); do
 	HTTP_ADDR=$(addr "$i") MYSQL_DSN=$MYSQL_DSN REDIS_ADDR=$REDIS_ADDR REDIS_DB=$REDIS_DB \
 		JWT_SECRET=$JWT_SECRET PAYMENT_WEBHOOK_SECRET=$JWT_SECRET ADMIN_PHONES=13800000000 AUTH_DEV_CODES=true \
 		AUTH_CODE_INTERVAL=0 AUTH_CODES_PER_DAY=0 AUTH_CODES_PER_ADDR_PER_MIN=0 CONSUMER_NAME="expire-$i" \
 		"$WORK/server" >"$WORK/server-$i.log" 2>&1 &
 	pids+=("$!")
+	server_pids+=("$!")
 done
 for i in $(seq 0 $((INSTANCES - 1))); do
 	for _ in $(seq 300); do
@@ -100,7 +110,10 @@ curl -sS -o /dev/null --max-time 30 -X POST -H "Authorization: Bearer $admin" "$
 	cancelled=
 	while :; do
 		now=$(date +%s.%N)
-		if [[ -z $cancelled ]] && [[ $(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $expiring AND status = 'unpaid'") == 0 ]]; then
+		# EXISTS stops at the first unpaid order it finds: a COUNT(*)
+		# would read up to ORDERS index entries 20 times a second, CPU
+		# that MariaDB would take from the sale being measured.
+		if [[ -z $cancelled ]] && [[ $(sql "SELECT EXISTS (SELECT 1 FROM voucher_orders WHERE voucher_id = $expiring AND status = 'unpaid')") == 0 ]]; then
 			cancelled=$now
 			echo "cancelled $cancelled"
 		fi
@@ -114,11 +127,32 @@ curl -sS -o /dev/null --max-time 30 -X POST -H "Authorization: Bearer $admin" "$
 clock_pid=$!
 pids+=("$clock_pid")
 
+# SALE=0: the CPU of every process the expiry uses (the servers, Redis,
+# MariaDB), read at the deadline and when the last unit is on sale.
+expiry_cpu() { # prints ticks: servers redis mariadb
+	local servers=0 pid
+	for pid in "${server_pids[@]}"; do servers=$((servers + $(ticks "$pid"))); done
+	echo "$servers $(ticks "$redis_pid") $(ticks "$mysql_pid")"
+}
+if ((!SALE)); then
+	store_pids
+	sleep "$(python3 -c 'import sys, time; print(max(0, float(sys.argv[1]) - time.time()))' "$due")"
+	cpu_due=$(expiry_cpu)
+	while kill -0 "$clock_pid" 2>/dev/null; do
+		if (($(date +%s) > ${due%.*} + 120)); then
+			echo "expire.sh: the expiry did not end within 120 s of the deadline" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+	cpu_end=$(expiry_cpu)
+fi
+
 # Buying windows, one after the other, until the expiry is over: each
 # sells a fresh voucher of its own, so that every request is an order.
 : >"$WORK/windows.txt"
 windows=0
-while kill -0 "$clock_pid" 2>/dev/null || ((windows < 2)); do
+while ((SALE)) && { kill -0 "$clock_pid" 2>/dev/null || ((windows < 2)); }; do
 	selling=$(new_voucher 10000000)
 	curl -sS -o /dev/null --max-time 5 -X POST -H "Authorization: Bearer $admin" "$base/seckill/$selling"
 	start=$(date +%s.%N)
@@ -135,9 +169,10 @@ wait "$clock_pid" || true
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3)"
 echo "server: $server_desc, $INSTANCES instance(s), SWEEP_EVERY default (5s)"
-python3 - "$due" "$WORK/clock.txt" "$WORK/windows.txt" "${DURATION%s}" "$ORDERS" <<-'EOF'
+python3 - "$due" "$WORK/clock.txt" "$WORK/windows.txt" "${DURATION%s}" "$ORDERS" "${cpu_due:-}" "${cpu_end:-}" "$(getconf CLK_TCK)" "$(nproc)" <<-'EOF'
 	import statistics, sys
 	due, clock, windows, dur, orders = float(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
+	cpu_due, cpu_end, hz, cores = sys.argv[6], sys.argv[7], int(sys.argv[8]), int(sys.argv[9])
 	t = dict(l.split() for l in open(clock) if l.strip())
 	cancelled, onsale = float(t["cancelled"]) - due, float(t["onsale"]) - due
 	print(f"{orders} orders due at once: last cancelled {cancelled:.2f} s after their pay_by, last unit on sale in Redis {onsale:.2f} s after")
@@ -148,6 +183,14 @@ python3 - "$due" "$WORK/clock.txt" "$WORK/windows.txt" "${DURATION%s}" "$ORDERS"
 	        before.append(rps)
 	    elif start < due + onsale:
 	        during.append(rps)
+	if cpu_due and cpu_end:
+	    names = ("servers", "redis", "mariadb")
+	    secs = [(b - a) / hz for a, b in zip(map(int, cpu_due.split()), map(int, cpu_end.split()))]
+	    total = sum(secs)
+	    parts = ", ".join(f"{n} {s:.2f}" for n, s in zip(names, secs))
+	    per = ", ".join(f"{n} {s / orders * 1e6:.1f}" for n, s in zip(names, secs))
+	    print(f"the expiry's CPU, no sale beside it: {total:.2f} s ({parts}); µs an order: {total / orders * 1e6:.1f} ({per})")
+	    print(f"over 10 s on {cores} cores: {total / (10 * cores):.1%} of the machine, which a CPU-bound sale beside it gives up")
 	if before and during:
 	    b, d = statistics.median(before), statistics.median(during)
 	    print(f"buying another voucher: {b:.0f} req/s before the deadline ({len(before)} windows), {d:.0f} while the expiry ran ({len(during)}): ratio {d / b:.3f}")

@@ -20,6 +20,10 @@
 #   server_up LOG [NAME=VALUE…]  starts $WORK/server on $SERVER_ADDR (see
 #               below), sets server_pid, waits for /readyz; server_down
 #               stops it
+#   ticks PID   a process's CPU so far, in clock ticks (user + system;
+#               getconf CLK_TCK a second); store_pids sets redis_pid and
+#               mysql_pid, the processes of the Redis ($REDIS_ADDR) and the
+#               MariaDB the scripts use, to read theirs
 #   pair_line, pairs_summary print paired runs: one pair's two rates and
 #               their ratio, and a file of pairs' ratios and medians
 
@@ -131,6 +135,19 @@ pairs_summary() {
 # (every user logs in from this one address), and the environment given;
 # its output goes to LOG. It sets server_pid and returns once /readyz
 # answers.
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+store_pids() {
+	redis_pid=$(timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" INFO server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }')
+	# MariaDB's, from the server the scripts use: its pid file (the oldest
+	# mariadbd on the machine may be another, a test's own).
+	mysql_pid=$(cat "$(timeout 10 mysql -uroot -N -B -e 'SELECT @@pid_file')" 2>/dev/null || true)
+	[[ -n $mysql_pid && -r /proc/$mysql_pid/stat && -n $redis_pid && -r /proc/$redis_pid/stat ]] || {
+		echo "$(basename "$0"): Redis and MariaDB must run on this machine (their CPU is read from /proc)" >&2
+		exit 1
+	}
+}
+
 server_up() {
 	local log=$1
 	shift

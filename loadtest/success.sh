@@ -129,12 +129,7 @@ left() { curl -fsS --max-time 10 "http://$SERVER_ADDR/vouchers/$1" | jq -r .stoc
 # CPU accounting: clock ticks (user + system) of a process, and of the
 # stores the runs share. wrk's own comes from its rusage (/usr/bin/time).
 hz=$(getconf CLK_TCK)
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-redis_pid=$(timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" INFO server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }')
-# MariaDB's, from the server the runs use: its pid file (the oldest
-# mariadbd on the machine may be another, a test's own).
-mysql_pid=$(cat "$(timeout 10 mysql -uroot -N -B -e 'SELECT @@pid_file')" 2>/dev/null || true)
-[[ -n $mysql_pid && -r /proc/$redis_pid/stat ]] || { echo "success.sh: Redis and MariaDB must run on this machine (their CPU is read from /proc)" >&2; exit 1; }
+store_pids
 # cpu_now pid: "program redis mariadb" ticks now.
 cpu_now() { echo "$(ticks "$1") $(ticks "$redis_pid") $(ticks "$mysql_pid")"; }
 # cpu_line mode who orders "before" "after": one line of $WORK/<mode>.cpu,

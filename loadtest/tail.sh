@@ -213,20 +213,64 @@ open_loop() {
 	target "$path"
 	((unique)) && flags+=(-unique)
 	json=$WORK/$path-$f.json
+	[[ $path == async || $path == sync ]] && stages >"$WORK/stages-before.txt"
 	timeout 900 "$WORK/openloop" -url "http://$SERVER_ADDR$url" -method POST -rate "$rate" \
 		-warmup "$WARMUP" -duration "$DURATION" -conns "$OPEN_CONNS" -tokens "$tokens" "${flags[@]}" -json >"$json"
+	[[ $path == async || $path == sync ]] && stages >"$WORK/stages-after.txt"
 	jq -r --arg path "$path" --arg peak "$peak" --arg f "$f" '
 		[$path, $peak, $f, .rate, .achieved_rate, (.latency_ms | .p50, .p99, .["p99.9"], .max), .send_lag_ms.p99, .queued,
 		 ([.statuses, (.errors // {}) | to_entries[] | "\(.key):\(.value)"]
 		  + (if .unsent > 0 then ["unsent:\(.unsent)"] else [] end) | join(" "))]
 		| @tsv' "$json" |
 		awk -F'\t' '{ printf "%-16s %7d %4s %7d %8.0f %8.2f %8.2f %8.2f %8.2f %8.2f %7d  %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }'
+	if [[ $path == async || $path == sync ]]; then
+		python3 loadtest/stages_quantiles.py "$WORK/stages-before.txt" "$WORK/stages-after.txt" >"$WORK/$path-$f.stages.txt"
+		stage_rows+=("$(printf '%-16s %4s  %s' "$path" "$f" "$(cat "$WORK/$path-$f.stages.txt")")")
+	fi
 	settle "$path"
 }
 
+# stages prints the server's histograms of a selling request's stages
+# (seckill_stage_duration_seconds: the stock script, the lock, the
+# commit), which the admin may read on the main port.
+stages() {
+	curl -fsS --max-time 10 -H "Authorization: Bearer $admin" "http://$SERVER_ADDR/metrics" |
+		grep '^seckill_stage_duration_seconds_bucket' || true
+}
+
+# fsync_probe prints the disk's fsync latency where MariaDB's redo log is
+# (the same filesystem as $WORK, checked): a sync order's 200 waits for a
+# COMMIT, which waits for an fsync, so the disk's tail is a floor under
+# that path's. 2,000 appends of 512 bytes, each made durable on its own.
+fsync_probe() {
+	local datadir
+	datadir=$(timeout 10 mysql -uroot -N -B -e 'SELECT @@datadir')
+	if [[ $(stat -c %d "$WORK") != $(stat -c %d "$datadir" 2>/dev/null || echo none) ]]; then
+		echo "not measured: $WORK is not on MariaDB's filesystem ($datadir)"
+		return
+	fi
+	python3 - "$WORK/fsync-probe" <<'PY'
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+ms = []
+for _ in range(2000):
+    os.write(fd, b"x" * 512)
+    t = time.perf_counter()
+    os.fsync(fd)
+    ms.append((time.perf_counter() - t) * 1000)
+os.close(fd)
+os.unlink(sys.argv[1])
+ms.sort()
+q = lambda p: ms[min(len(ms) - 1, int(p * len(ms)))]
+print("p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms" % (q(0.5), q(0.99), q(0.999), ms[-1]))
+PY
+}
+
+stage_rows=()
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "server: $server_desc"
 echo "peak: wrk -t$THREADS -c$CONNS -d$PEAK_DURATION; open loop: openloop -conns $OPEN_CONNS -warmup $WARMUP -duration $DURATION at $FRACTIONS of the peak"
+echo "disk: fsync $(fsync_probe)"
 printf '%-16s %7s %4s %7s %8s %8s %8s %8s %8s %8s %7s  %s\n' path peak f rate achieved p50 p99 p99.9 max lag-p99 queued statuses
 for path in "${paths[@]}"; do
 	mode=$(mode_of "$path")
@@ -243,3 +287,7 @@ for path in "${paths[@]}"; do
 		open_loop "$path" "$p" "$f"
 	done
 done
+if ((${#stage_rows[@]})); then
+	echo "stages of the selling runs, from the server's histograms (ms; doubling buckets from 0.5 ms, so a quantile is the bucket's interpolation):"
+	printf '%s\n' "${stage_rows[@]}"
+fi
