@@ -21,33 +21,20 @@ var errIDCollision = errors.New("order ID collision")
 // the next attempt finds the row and settles the entry.
 var errWrittenMeanwhile = errors.New("order written meanwhile by another writer")
 
-// writeBatch writes orders in one transaction: skip those already written
-// (a redelivery), insert the rest in one multi-row INSERT, and take each
-// voucher's units with one guarded UPDATE. ">= n" is "> 0" for n units: a
-// batch that would take more than is left fails whole.
+// writeBatch writes orders in one transaction: insert them in one
+// multi-row INSERT, skipping those already written (a redelivery), and
+// take each voucher's units with one guarded UPDATE. ">= n" is "> 0" for
+// n units: a batch that would take more than is left fails whole.
+//
+// Almost every batch is new: an entry comes back only after its consumer
+// died or its write failed. So the INSERT is tried first, with nothing
+// looked up; only if it hits a key already there (InnoDB then undoes the
+// statement, not the transaction) does writeRedelivered look which orders
+// were written before and insert the rest. The look is a SELECT of every
+// ID in the batch, MySQL's CPU that the common case no longer pays.
 func writeBatch(tx *gorm.DB, orders []Order) error {
-	ids := make([]int64, len(orders))
-	for i, o := range orders {
-		ids[i] = o.ID
-	}
-	var done []Order
-	if err := tx.Raw("SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
-		return fmt.Errorf("find written orders: %w", err)
-	}
-	owner := map[int64]Order{} // of the IDs already written
-	for _, d := range done {
-		owner[d.ID] = d
-	}
-	for _, o := range orders {
-		// The same ID for another order is not a redelivery: Redis lost its
-		// ID counters and handed out an ID already used.
-		if d, ok := owner[o.ID]; ok && (d.UserID != o.UserID || d.VoucherID != o.VoucherID) {
-			return fmt.Errorf("%w: order %d is already another order's ID", errIDCollision, o.ID)
-		}
-	}
-	var fresh []Order
-	units := map[int64]int64{}
-	inBatch := map[int64]Order{}
+	fresh := make([]Order, 0, len(orders))
+	inBatch := make(map[int64]Order, len(orders))
 	for _, o := range orders {
 		if d, ok := inBatch[o.ID]; ok {
 			// Twice in this batch. The same order twice is one entry
@@ -60,9 +47,44 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 			continue
 		}
 		inBatch[o.ID] = o
-		if _, ok := owner[o.ID]; !ok {
+		fresh = append(fresh, o)
+	}
+	err := tx.Create(&fresh).Error
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return writeRedelivered(tx, fresh)
+	}
+	if err != nil {
+		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
+	}
+	return take(tx, units(fresh))
+}
+
+// writeRedelivered is writeBatch once its INSERT hit a key already there:
+// it skips the orders already written, inserts the rest and takes their
+// units. orders holds each ID once.
+func writeRedelivered(tx *gorm.DB, orders []Order) error {
+	ids := make([]int64, len(orders))
+	for i, o := range orders {
+		ids[i] = o.ID
+	}
+	var done []Order
+	if err := tx.Raw("SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN ?", ids).Scan(&done).Error; err != nil {
+		return fmt.Errorf("find written orders: %w", err)
+	}
+	owner := make(map[int64]Order, len(done)) // of the IDs already written
+	for _, d := range done {
+		owner[d.ID] = d
+	}
+	var fresh []Order
+	for _, o := range orders {
+		d, ok := owner[o.ID]
+		switch {
+		case !ok:
 			fresh = append(fresh, o)
-			units[o.VoucherID]++
+		case d.UserID != o.UserID || d.VoucherID != o.VoucherID:
+			// The same ID for another order is not a redelivery: Redis
+			// lost its ID counters and handed out an ID already used.
+			return fmt.Errorf("%w: order %d is already another order's ID", errIDCollision, o.ID)
 		}
 	}
 	if len(fresh) == 0 {
@@ -80,7 +102,16 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 		}
 		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
 	}
-	return take(tx, units)
+	return take(tx, units(fresh))
+}
+
+// units counts the orders of each voucher.
+func units(orders []Order) map[int64]int64 {
+	n := map[int64]int64{}
+	for _, o := range orders {
+		n[o.VoucherID]++
+	}
+	return n
 }
 
 // writeNew writes orders that no writer has written before, in one
@@ -91,14 +122,10 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 // order, fails the INSERT and with it the batch; the caller then writes
 // each order alone, and learns which key each one hit.
 func writeNew(tx *gorm.DB, orders []Order) error {
-	units := map[int64]int64{}
-	for _, o := range orders {
-		units[o.VoucherID]++
-	}
 	if err := tx.Create(&orders).Error; err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(orders), err)
 	}
-	return take(tx, units)
+	return take(tx, units(orders))
 }
 
 // take takes units[v] units of each voucher v, with one guarded UPDATE

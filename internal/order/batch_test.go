@@ -41,3 +41,52 @@ func TestWriteBatchTellsCollisionFromRedelivery(t *testing.T) {
 		t.Fatalf("%d rows, stock %d; want 1 and 9", rows, stock)
 	}
 }
+
+// A batch is inserted without first looking for its orders; one that
+// meets orders already written (a redelivery after its consumer died,
+// here with a new order among them) must insert only the new ones, take
+// only their units, and still tell an ID that another order owns. The
+// failed INSERT undoes itself only: the transaction goes on to write the
+// rest.
+func TestWriteBatchRedelivered(t *testing.T) {
+	db := testenv.Open(t, testenv.MySQLDSN(t))
+	ctx := context.Background()
+	vid := testenv.ID() % 1_000_000_000
+	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	base := testenv.ID()
+	order := func(i, user int64) Order {
+		return Order{ID: base + i, UserID: user, VoucherID: vid, Status: StatusUnpaid, CreatedAt: at}
+	}
+	write := func(batch ...Order) (Outcome, error) {
+		return transact(ctx, db, func(tx *gorm.DB) error { return writeBatch(tx, batch) })
+	}
+	check := func(wantRows, wantStock int64) {
+		t.Helper()
+		var rows, stock int64
+		db.Raw("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&rows)
+		db.Raw("SELECT stock FROM vouchers WHERE id = ?", vid).Scan(&stock)
+		if rows != wantRows || stock != wantStock {
+			t.Fatalf("%d rows, stock %d; want %d and %d", rows, stock, wantRows, wantStock)
+		}
+	}
+
+	if outcome, err := write(order(1, 1), order(2, 2)); outcome != Written || err != nil {
+		t.Fatalf("a new batch: %v, %v", outcome, err)
+	}
+	check(2, 8)
+	if outcome, err := write(order(1, 1), order(2, 2), order(3, 3)); outcome != Written || err != nil {
+		t.Fatalf("two written before and one new: %v, %v; want written", outcome, err)
+	}
+	check(3, 7)
+	if outcome, err := write(order(2, 2)); outcome != Written || err != nil {
+		t.Fatalf("one written before: %v, %v; want written", outcome, err)
+	}
+	check(3, 7)
+	if outcome, err := write(order(4, 4), order(1, 9)); outcome != NotWritten || !errors.Is(err, errIDCollision) {
+		t.Fatalf("an ID another order owns: %v, %v; want not written, an ID collision", outcome, err)
+	}
+	check(3, 7)
+}
