@@ -49,9 +49,11 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 		inBatch[o.ID] = o
 		fresh = append(fresh, o)
 	}
+	// One INSERT statement (gorm's CreateBatchSize is not set): if it
+	// fails, none of its rows stays, which writeRedelivered counts on.
 	err := tx.Create(&fresh).Error
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
-		return writeRedelivered(tx, fresh)
+		return writeRedelivered(tx, fresh, err)
 	}
 	if err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
@@ -59,10 +61,10 @@ func writeBatch(tx *gorm.DB, orders []Order) error {
 	return take(tx, units(fresh))
 }
 
-// writeRedelivered is writeBatch once its INSERT hit a key already there:
-// it skips the orders already written, inserts the rest and takes their
-// units. orders holds each ID once.
-func writeRedelivered(tx *gorm.DB, orders []Order) error {
+// writeRedelivered is writeBatch once its INSERT hit a key already there
+// (dup, its error): it skips the orders already written, inserts the rest
+// and takes their units. orders holds each ID once.
+func writeRedelivered(tx *gorm.DB, orders []Order, dup error) error {
 	ids := make([]int64, len(orders))
 	for i, o := range orders {
 		ids[i] = o.ID
@@ -74,6 +76,14 @@ func writeRedelivered(tx *gorm.DB, orders []Order) error {
 	owner := make(map[int64]Order, len(done)) // of the IDs already written
 	for _, d := range done {
 		owner[d.ID] = d
+	}
+	if len(done) == 0 {
+		// No ID was there: the key hit was a user's other order of the
+		// voucher, and the same INSERT would hit it again.
+		if len(orders) == 1 {
+			return keyHit(tx, &orders[0])
+		}
+		return fmt.Errorf("insert %d orders: %w", len(orders), dup)
 	}
 	var fresh []Order
 	for _, o := range orders {
@@ -92,17 +102,22 @@ func writeRedelivered(tx *gorm.DB, orders []Order) error {
 	}
 	if err := tx.Create(&fresh).Error; err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) && len(fresh) == 1 {
-			// One order: tell which key it hit. The same order written
-			// meanwhile by another writer is success; the user's other
-			// order is a refusal.
-			if err := duplicate(tx, &fresh[0]); err != nil {
-				return err
-			}
-			return errWrittenMeanwhile
+			return keyHit(tx, &fresh[0])
 		}
 		return fmt.Errorf("insert %d orders: %w", len(fresh), err)
 	}
 	return take(tx, units(fresh))
+}
+
+// keyHit tells which key the INSERT of the one order o hit. The same order
+// written meanwhile by another writer is success (errWrittenMeanwhile: the
+// transaction rolls back, and the next attempt finds the row); the user's
+// other order is a refusal.
+func keyHit(tx *gorm.DB, o *Order) error {
+	if err := duplicate(tx, o); err != nil {
+		return err
+	}
+	return errWrittenMeanwhile
 }
 
 // units counts the orders of each voucher.
@@ -116,11 +131,11 @@ func units(orders []Order) map[int64]int64 {
 
 // writeNew writes orders that no writer has written before, in one
 // transaction: sync mode's group commit, where each request hands over its
-// own new order once. It skips writeBatch's look for orders already
-// written (a redelivery happens only in async mode), a statement less per
-// batch. An order whose ID is already used, or whose user already has an
-// order, fails the INSERT and with it the batch; the caller then writes
-// each order alone, and learns which key each one hit.
+// own new order once. It is writeBatch without the look for duplicates in
+// the batch and without the way back for a redelivery (which happens only
+// in async mode). An order whose ID is already used, or whose user already
+// has an order, fails the INSERT and with it the batch; the caller then
+// writes each order alone, and learns which key each one hit.
 func writeNew(tx *gorm.DB, orders []Order) error {
 	if err := tx.Create(&orders).Error; err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(orders), err)

@@ -85,8 +85,42 @@ func TestWriteBatchRedelivered(t *testing.T) {
 		t.Fatalf("one written before: %v, %v; want written", outcome, err)
 	}
 	check(3, 7)
+	// The new order first: had the failed INSERT kept its row, the look
+	// would count it as written before and never take its unit.
+	if outcome, err := write(order(5, 5), order(2, 2)); outcome != Written || err != nil {
+		t.Fatalf("one new before one written: %v, %v; want written", outcome, err)
+	}
+	check(4, 6)
 	if outcome, err := write(order(4, 4), order(1, 9)); outcome != NotWritten || !errors.Is(err, errIDCollision) {
 		t.Fatalf("an ID another order owns: %v, %v; want not written, an ID collision", outcome, err)
 	}
-	check(3, 7)
+	check(4, 6)
+}
+
+// An order committed by another writer after this transaction's first read
+// is invisible to a plain read in it (REPEATABLE READ); the INSERT that
+// hits it must still be told "the same order, written meanwhile", not "ID
+// taken", which the consumer would take for MySQL being down.
+func TestDuplicateSeesRowCommittedMeanwhile(t *testing.T) {
+	db := testenv.Open(t, testenv.MySQLDSN(t))
+	vid := testenv.ID() % 1_000_000_000
+	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
+		t.Fatal(err)
+	}
+	o := Order{ID: testenv.ID(), UserID: 1, VoucherID: vid, Status: StatusUnpaid, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	tx := db.Begin()
+	defer tx.Rollback()
+	var n int64
+	if err := tx.Raw("SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ?", vid).Scan(&n).Error; err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	if err := db.Create(&o).Error; err != nil { // another writer, committed
+		t.Fatal(err)
+	}
+	if err := tx.Create(&o).Error; !errors.Is(err, gorm.ErrDuplicatedKey) {
+		t.Fatalf("insert: %v; want a duplicate key", err)
+	}
+	if err := keyHit(tx, &o); !errors.Is(err, errWrittenMeanwhile) {
+		t.Fatalf("keyHit: %v; want written meanwhile", err)
+	}
 }

@@ -61,15 +61,28 @@ var errIDTaken = errors.New("order ID already used")
 // already there (a commit whose answer was lost, then retried),
 // ErrAlreadyOrdered if the user holds another order of the voucher,
 // errIDTaken if another order has o's ID.
+//
+// Its reads lock (on MySQL): a plain read in a transaction sees the rows as
+// they were at the transaction's first read (REPEATABLE READ), so a row
+// another writer committed after that, the very row the INSERT hit, would
+// be invisible, and "written meanwhile" would be told as "ID taken". A
+// locking read sees the newest committed row; the failed INSERT holds
+// shared locks on those records already, so it waits for nothing more.
 func duplicate(tx *gorm.DB, o *Order) error {
+	lock := ""
+	if tx.Dialector.Name() == "mysql" {
+		lock = " LOCK IN SHARE MODE"
+	}
 	var same, user int64
-	if err := tx.Model(&Order{}).Where("id = ? AND user_id = ? AND voucher_id = ?", o.ID, o.UserID, o.VoucherID).Count(&same).Error; err != nil {
+	if err := tx.Raw("SELECT COUNT(*) FROM voucher_orders WHERE id = ? AND user_id = ? AND voucher_id = ?"+lock,
+		o.ID, o.UserID, o.VoucherID).Scan(&same).Error; err != nil {
 		return fmt.Errorf("check duplicate order: %w", err)
 	}
 	if same > 0 {
 		return nil
 	}
-	if err := tx.Model(&Order{}).Where("user_id = ? AND voucher_id = ?", o.UserID, o.VoucherID).Count(&user).Error; err != nil {
+	if err := tx.Raw("SELECT COUNT(*) FROM voucher_orders WHERE user_id = ? AND voucher_id = ?"+lock,
+		o.UserID, o.VoucherID).Scan(&user).Error; err != nil {
 		return fmt.Errorf("check duplicate order: %w", err)
 	}
 	if user > 0 {
