@@ -134,10 +134,16 @@ expiry_cpu() { # prints ticks: servers redis mariadb
 	for pid in "${server_pids[@]}"; do servers=$((servers + $(ticks "$pid"))); done
 	echo "$servers $(ticks "$redis_pid") $(ticks "$mysql_pid")"
 }
+# What the same processes use while idle (consumers, sweepers, MariaDB's
+# background work, the clock's own polling) is read over 2 s before the
+# deadline and taken off.
+sleep_until() { sleep "$(python3 -c 'import sys, time; print(max(0, float(sys.argv[1]) - time.time()))' "$1")"; }
 if ((!SALE)); then
 	store_pids
-	sleep "$(python3 -c 'import sys, time; print(max(0, float(sys.argv[1]) - time.time()))' "$due")"
-	cpu_due=$(expiry_cpu)
+	sleep_until "$(python3 -c 'import sys; print(float(sys.argv[1]) - 2.25)' "$due")"
+	cpu_idle="$(date +%s.%N) $(expiry_cpu)"
+	sleep_until "$(python3 -c 'import sys; print(float(sys.argv[1]) - 0.25)' "$due")"
+	cpu_due="$(date +%s.%N) $(expiry_cpu)"
 	while kill -0 "$clock_pid" 2>/dev/null; do
 		if (($(date +%s) > ${due%.*} + 120)); then
 			echo "expire.sh: the expiry did not end within 120 s of the deadline" >&2
@@ -145,7 +151,7 @@ if ((!SALE)); then
 		fi
 		sleep 0.05
 	done
-	cpu_end=$(expiry_cpu)
+	cpu_end="$(date +%s.%N) $(expiry_cpu)"
 fi
 
 # Buying windows, one after the other, until the expiry is over: each
@@ -169,10 +175,10 @@ wait "$clock_pid" || true
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3)"
 echo "server: $server_desc, $INSTANCES instance(s), SWEEP_EVERY default (5s)"
-python3 - "$due" "$WORK/clock.txt" "$WORK/windows.txt" "${DURATION%s}" "$ORDERS" "${cpu_due:-}" "${cpu_end:-}" "$(getconf CLK_TCK)" "$(nproc)" <<-'EOF'
+python3 - "$due" "$WORK/clock.txt" "$WORK/windows.txt" "${DURATION%s}" "$ORDERS" "${cpu_idle:-}" "${cpu_due:-}" "${cpu_end:-}" "$(getconf CLK_TCK)" "$(nproc)" <<-'EOF'
 	import statistics, sys
 	due, clock, windows, dur, orders = float(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
-	cpu_due, cpu_end, hz, cores = sys.argv[6], sys.argv[7], int(sys.argv[8]), int(sys.argv[9])
+	cpu_idle, cpu_due, cpu_end, hz, cores = sys.argv[6], sys.argv[7], sys.argv[8], int(sys.argv[9]), int(sys.argv[10])
 	t = dict(l.split() for l in open(clock) if l.strip())
 	cancelled, onsale = float(t["cancelled"]) - due, float(t["onsale"]) - due
 	print(f"{orders} orders due at once: last cancelled {cancelled:.2f} s after their pay_by, last unit on sale in Redis {onsale:.2f} s after")
@@ -184,13 +190,19 @@ python3 - "$due" "$WORK/clock.txt" "$WORK/windows.txt" "${DURATION%s}" "$ORDERS"
 	    elif start < due + onsale:
 	        during.append(rps)
 	if cpu_due and cpu_end:
+	    # Each reading: the time, then ticks of the servers, Redis, MariaDB.
+	    idle, start, end = ([float(x) for x in r.split()] for r in (cpu_idle, cpu_due, cpu_end))
 	    names = ("servers", "redis", "mariadb")
-	    secs = [(b - a) / hz for a, b in zip(map(int, cpu_due.split()), map(int, cpu_end.split()))]
+	    span = end[0] - start[0]
+	    idle_rate = [(b - a) / hz / (start[0] - idle[0]) for a, b in zip(idle[1:], start[1:])]
+	    secs = [(b - a) / hz - r * span for a, b, r in zip(start[1:], end[1:], idle_rate)]
 	    total = sum(secs)
 	    parts = ", ".join(f"{n} {s:.2f}" for n, s in zip(names, secs))
 	    per = ", ".join(f"{n} {s / orders * 1e6:.1f}" for n, s in zip(names, secs))
-	    print(f"the expiry's CPU, no sale beside it: {total:.2f} s ({parts}); µs an order: {total / orders * 1e6:.1f} ({per})")
-	    print(f"over 10 s on {cores} cores: {total / (10 * cores):.1%} of the machine, which a CPU-bound sale beside it gives up")
+	    print(f"the expiry's CPU, no sale beside it, idle use taken off ({sum(idle_rate):.2f} CPU-s a second): "
+	          f"{total:.2f} s ({parts}); µs an order: {total / orders * 1e6:.1f} ({per})")
+	    print(f"of {cores} cores: {total / (10 * cores):.1%} over the 10 s the expiry may take, "
+	          f"{total / (span * cores):.1%} over the {span:.1f} s it took: what a CPU-bound sale beside it gives up")
 	if before and during:
 	    b, d = statistics.median(before), statistics.median(during)
 	    print(f"buying another voucher: {b:.0f} req/s before the deadline ({len(before)} windows), {d:.0f} while the expiry ran ({len(during)}): ratio {d / b:.3f}")

@@ -129,16 +129,10 @@ pairs_summary() {
 	EOF
 }
 
-# server_up LOG [NAME=VALUE…] starts $WORK/server on $SERVER_ADDR with the
-# script's MYSQL_DSN, REDIS_ADDR, REDIS_DB and JWT_SECRET, the admin phone
-# 13800000000, development login codes and the login code limits off
-# (every user logs in from this one address), and the environment given;
-# its output goes to LOG. It sets server_pid and returns once /readyz
-# answers.
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 store_pids() {
-	redis_pid=$(timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" INFO server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }')
+	redis_pid=$(timeout 5 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR#*:}" INFO server | tr -d '\r' | awk -F: '$1 == "process_id" { print $2 }' || true)
 	# MariaDB's, from the server the scripts use: its pid file (the oldest
 	# mariadbd on the machine may be another, a test's own).
 	mysql_pid=$(cat "$(timeout 10 mysql -uroot -N -B -e 'SELECT @@pid_file')" 2>/dev/null || true)
@@ -148,6 +142,12 @@ store_pids() {
 	}
 }
 
+# server_up LOG [NAME=VALUE…] starts $WORK/server on $SERVER_ADDR with the
+# script's MYSQL_DSN, REDIS_ADDR, REDIS_DB and JWT_SECRET, the admin phone
+# 13800000000, development login codes and the login code limits off
+# (every user logs in from this one address), and the environment given;
+# its output goes to LOG. It sets server_pid and returns once /readyz
+# answers.
 server_up() {
 	local log=$1
 	shift

@@ -39,7 +39,7 @@ def quantile(q, buckets):
     for upper, count in buckets:
         if count >= rank:
             if math.isinf(upper):
-                return lower  # past the last finite bound: at least that
+                return -lower  # past the last finite bound: at least that (negative: printed ">")
             inside = count - below
             return lower + (upper - lower) * ((rank - below) / inside if inside else 0)
         lower, below = upper, count
@@ -48,17 +48,32 @@ def quantile(q, buckets):
 
 def main():
     before, after = read(sys.argv[1]), read(sys.argv[2])
+    if not after:
+        print("not read: the server's /metrics did not answer after the run")
+        return
     out = []
     for stage in ("stock", "lock", "commit"):
         if stage not in after:
             continue
-        buckets = sorted((le, n - before.get(stage, {}).get(le, 0)) for le, n in after[stage].items())
-        n = buckets[-1][1] if buckets else 0
+        was = before.get(stage, {})
+        if math.inf not in after[stage] or (was and math.inf not in was):
+            out.append("%s: incomplete scrape" % stage)
+            continue
+        buckets = sorted((le, n - was.get(le, 0)) for le, n in after[stage].items())
+        if any(n < 0 for _, n in buckets):
+            out.append("%s: counters reset (the server restarted?)" % stage)
+            continue
+        n = buckets[-1][1]
         if n <= 0:
             continue
-        qs = " ".join("%s %.1f" % (name, quantile(q, buckets) * 1000) for name, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)))
-        out.append("%s (%d): %s" % (stage, n, qs))
+        out.append("%s (%d): %s" % (stage, n, " ".join(
+            "%s %s" % (name, fmt(quantile(q, buckets))) for name, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)))))
     print("; ".join(out) if out else "no stage observed")
+
+
+def fmt(seconds):
+    """ms; a quantile past the last finite bucket is only "more than"."""
+    return ">%.0f" % (-seconds * 1000) if seconds < 0 else "%.1f" % (seconds * 1000)
 
 
 if __name__ == "__main__":

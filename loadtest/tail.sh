@@ -17,6 +17,14 @@
 # server's.
 # The goal on the 2-core machine: p99 <= 10 ms at half the peak.
 #
+# Two more readings explain a selling path's tail. Before the runs, the
+# disk's latency of a durable write, as InnoDB's log makes one (line
+# "disk"): a sync order waits for a COMMIT, so that tail is under its own.
+# After them, for each async and sync run, the quantiles of the stages the
+# server times (the stock script, the lock, the commit), read off its
+# /metrics histograms before and after the run: doubling buckets, so each
+# quantile is interpolated inside one, and the warm-up is counted in them.
+#
 # The paths (PATHS, comma- or space-separated):
 #   sold_out         POST /seckill/{id} of a voucher with no stock;
 #   already_ordered  POST /seckill/{id} of a voucher with stock left that
@@ -233,15 +241,21 @@ open_loop() {
 # stages prints the server's histograms of a selling request's stages
 # (seckill_stage_duration_seconds: the stock script, the lock, the
 # commit), which the admin may read on the main port.
+# A scrape that failed prints nothing (never a part: a histogram without
+# its last buckets would give wrong quantiles), and the run's row of
+# stages says so.
 stages() {
-	curl -fsS --max-time 10 -H "Authorization: Bearer $admin" "http://$SERVER_ADDR/metrics" |
-		grep '^seckill_stage_duration_seconds_bucket' || true
+	local m
+	m=$(curl -fsS --max-time 10 -H "Authorization: Bearer $admin" "http://$SERVER_ADDR/metrics") || return 0
+	grep '^seckill_stage_duration_seconds_bucket' <<<"$m" || true
 }
 
-# fsync_probe prints the disk's fsync latency where MariaDB's redo log is
-# (the same filesystem as $WORK, checked): a sync order's 200 waits for a
-# COMMIT, which waits for an fsync, so the disk's tail is a floor under
-# that path's. 2,000 appends of 512 bytes, each made durable on its own.
+# fsync_probe prints the disk's latency of a durable write where
+# MariaDB's redo log is (the same filesystem as $WORK, checked): a sync
+# order's 200 waits for a COMMIT, which waits for one, so the disk's tail
+# is a floor under that path's. As InnoDB writes its log: into a file
+# allocated beforehand, 512 bytes at a time in place, each made durable
+# with fdatasync (no change of the file's size to journal), 2,000 times.
 fsync_probe() {
 	local datadir
 	datadir=$(timeout 10 mysql -uroot -N -B -e 'SELECT @@datadir')
@@ -251,18 +265,21 @@ fsync_probe() {
 	fi
 	python3 - "$WORK/fsync-probe" <<'PY'
 import os, sys, time
+n, size = 2000, 512
 fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+os.write(fd, b"\0" * (n * size))
+os.fsync(fd)
 ms = []
-for _ in range(2000):
-    os.write(fd, b"x" * 512)
+for i in range(n):
+    os.pwrite(fd, b"x" * size, i * size)
     t = time.perf_counter()
-    os.fsync(fd)
+    os.fdatasync(fd)
     ms.append((time.perf_counter() - t) * 1000)
 os.close(fd)
 os.unlink(sys.argv[1])
 ms.sort()
 q = lambda p: ms[min(len(ms) - 1, int(p * len(ms)))]
-print("p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms" % (q(0.5), q(0.99), q(0.999), ms[-1]))
+print("p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms (fdatasync of 512 bytes written in place)" % (q(0.5), q(0.99), q(0.999), ms[-1]))
 PY
 }
 
@@ -288,6 +305,6 @@ for path in "${paths[@]}"; do
 	done
 done
 if ((${#stage_rows[@]})); then
-	echo "stages of the selling runs, from the server's histograms (ms; doubling buckets from 0.5 ms, so a quantile is the bucket's interpolation):"
+	echo "stages of the selling runs, from the server's histograms (ms; doubling buckets from 0.5 ms, so a quantile is the bucket's interpolation; the warm-up's requests included):"
 	printf '%s\n' "${stage_rows[@]}"
 fi

@@ -514,7 +514,14 @@ func (l *loop) free(c *conn) {
 	if len(l.idle) == 0 {
 		l.unblocked = time.Now()
 	}
-	c.i, c.out, c.toClose = -1, nil, false
+	if c.outArmed && c.fd >= 0 {
+		// An answer came before the whole request was written (the server
+		// answered early): EPOLLOUT, level-triggered, would wake the loop
+		// on every pass until c is used again.
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.id)}
+		_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_MOD, c.fd, &ev)
+	}
+	c.i, c.out, c.toClose, c.outArmed = -1, nil, false, false
 	l.busy--
 	l.idle = append(l.idle, c)
 }
