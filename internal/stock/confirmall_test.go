@@ -4,11 +4,14 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"seckill/internal/autopipe"
 	"seckill/internal/stock"
 	"seckill/internal/testenv"
 )
@@ -169,4 +172,146 @@ func (c *confirmScenario) state(t *testing.T, rdb redis.UniversalClient) []strin
 		}
 	}
 	return out
+}
+
+// BenchmarkConfirmBatch closes the holds of group-commit batches of 32
+// orders of one voucher, on a redis-server of its own through one
+// autopipe sender (as the server does): "each" as a sync order did, every
+// request woken with its order committed and closing its own hold
+// (Confirm, 32 scripts sharing round trips), "all" as the group commit now
+// does, one ConfirmAll for the batch, then every request woken. An op is
+// one hold closed; redis-µs/op is Redis' CPU (INFO cpu: its system calls
+// too) over the timed part only, script-µs/op the time Redis spent running
+// the scripts (INFO commandstats).
+//
+//	SECKILL_INTEGRATION=1 go test -run '^$' -bench ConfirmBatch -benchmem ./internal/stock
+func BenchmarkConfirmBatch(b *testing.B) {
+	const batch = 32
+	srv := testenv.StartRedis(b)
+	for _, way := range []string{"each", "all"} {
+		b.Run(way, func(b *testing.B) {
+			rdb := srv.Client(b)
+			p, err := autopipe.Attach(rdb, 1, 128)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			s := stock.NewStore(rdb, time.Minute)
+			ctx := context.Background()
+			id := newBucketed(b, rdb, s, 1, 1)
+			k := stock.KeysOf(id)
+			// The requests: each waits for its turn, closes its hold if
+			// told to (each), and says it is done.
+			var wg sync.WaitGroup
+			work := make([]chan *stock.Hold, batch)
+			for i := range work {
+				work[i] = make(chan *stock.Hold, 1)
+				go func() {
+					for h := range work[i] {
+						if h != nil {
+							if _, err := s.Confirm(ctx, *h); err != nil {
+								b.Error(err)
+							}
+						}
+						wg.Done()
+					}
+				}()
+			}
+			defer func() {
+				for _, c := range work {
+					close(c)
+				}
+			}()
+			hs := make([]stock.Hold, batch)
+			zs := make([]redis.Z, batch)
+			var user int64
+			var cpu float64
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				b.StopTimer()
+				for i := range hs {
+					user++
+					hs[i] = stock.Hold{Voucher: id, User: user, Buckets: 1}
+					zs[i] = redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: user}
+				}
+				if err := rdb.ZAdd(ctx, k.Holds, zs...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				cpu0 := redisCPU(b, rdb)
+				b.StartTimer()
+				wg.Add(batch)
+				if way == "each" {
+					for i := range work {
+						work[i] <- &hs[i]
+					}
+				} else {
+					if n, err := s.ConfirmAll(ctx, hs); err != nil || n != batch {
+						b.Fatalf("ConfirmAll: %d %v", n, err)
+					}
+					for i := range work {
+						work[i] <- nil
+					}
+				}
+				wg.Wait()
+				b.StopTimer()
+				cpu += redisCPU(b, rdb) - cpu0
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if n := rdb.ZCard(ctx, k.Holds).Val(); n != 0 {
+				b.Fatalf("%d holds left open", n)
+			}
+			b.ReportMetric(cpu*1e6/float64(b.N), "redis-µs/op")
+			b.ReportMetric(scriptTime(b, rdb)/float64(b.N), "script-µs/op")
+		})
+	}
+}
+
+// redisCPU is the seconds of CPU the server has used (INFO cpu).
+func redisCPU(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return total
+}
+
+// scriptTime is the µs Redis spent in EVAL and EVALSHA since the last
+// CONFIG RESETSTAT (INFO commandstats).
+func scriptTime(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, fields, ok := strings.Cut(line, ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for field := range strings.SplitSeq(fields, ",") {
+			if v, ok := strings.CutPrefix(field, "usec="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += f
+			}
+		}
+	}
+	return total
 }
