@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file closes holds and claims: Confirm once the order row is
-// committed, GiveBack or Drop when the request failed, Expired and Settle
-// for the sweeper. It uses buckets.go, keys.go and stock.go; never take.go.
+// This file closes holds and claims: Confirm (ConfirmAll, for many) once
+// the order row is committed, GiveBack or Drop when the request failed,
+// Expired and Settle for the sweeper. It uses buckets.go, keys.go and stock.go; never take.go.
 
 // Confirm closes h once its order row is committed, and makes sure the
 // user is remembered as a buyer (a reload from MySQL may have happened
