@@ -23,8 +23,14 @@ import (
 // until the test ends. It returns the voucher service beside it.
 func newService(tb testing.TB, db *gorm.DB, rdb *redis.Client, cfg Config) (*Service, *voucher.Service) {
 	tb.Helper()
+	return newServiceHolding(tb, db, rdb, cfg, 15*time.Second)
+}
+
+// newServiceHolding is newService with stock holds that last hold.
+func newServiceHolding(tb testing.TB, db *gorm.DB, rdb *redis.Client, cfg Config, hold time.Duration) (*Service, *voucher.Service) {
+	tb.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stocks := stock.NewStore(rdb, 15*time.Second)
+	stocks := stock.NewStore(rdb, hold)
 	q := queue.New(rdb, stocks)
 	vouchers := voucher.NewService(db, stocks, nil, nil, time.Now, log)
 	s := NewService(db, q, vouchers, stocks, lock.NewRedis(rdb), idworker.New(rdb, time.Now, IDFloor(db, q)), time.Now, log, cfg)
@@ -43,9 +49,15 @@ func newService(tb testing.TB, db *gorm.DB, rdb *redis.Client, cfg Config) (*Ser
 // its ID.
 func onSale(tb testing.TB, vouchers *voucher.Service, units int64) int64 {
 	tb.Helper()
+	return onSaleIn(tb, vouchers, units, 1)
+}
+
+// onSaleIn is onSale for a voucher split into buckets.
+func onSaleIn(tb testing.TB, vouchers *voucher.Service, units int64, buckets int) int64 {
+	tb.Helper()
 	title := "on sale"
 	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
-	v, err := vouchers.Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &units, BeginTime: &begin, EndTime: &end})
+	v, err := vouchers.Create(context.Background(), 0, "", voucher.CreateInput{Title: &title, Stock: &units, BeginTime: &begin, EndTime: &end, Buckets: &buckets})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -150,7 +150,7 @@ func NewService(db *gorm.DB, q *queue.Queue, vouchers *voucher.Service, stocks *
 	}
 	s.common = common{db: db, truth: truth, memory: newMemory(now, cfg.SoldOutMemo), obs: obs, now: now, log: log, cfg: cfg}
 	s.pool = ids.NewPool(orderIDPrefix, s.seed)
-	s.commits = newGroupCommit(db, obs, cfg.GroupCommit)
+	s.commits = newGroupCommit(db, obs, cfg.GroupCommit, stocks, cfg.WriteTimeout, log)
 	if cfg.Async {
 		s.mode = asyncMode{common: s.common, queue: q, stocks: stocks}
 	} else {
@@ -225,7 +225,7 @@ func (m syncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (
 	// it into an order row or gives it back, or, when nobody can tell which
 	// (MySQL stopped answering right after a COMMIT), leaves it under its
 	// hold for the Sweeper, which asks MySQL again later.
-	id, outcome, err := m.write(ctx, v, userID, id, h.From)
+	id, outcome, closed, err := m.write(ctx, v, userID, id, h)
 	switch outcome {
 	case NotWritten:
 		m.settleFailure(ctx, h, err)
@@ -247,11 +247,14 @@ func (m syncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (
 		return 0, apperr.Down(fmt.Errorf("order %d: outcome unknown: %w", id, err))
 	}
 
-	// Close the hold. The order is committed whatever happens here: if
-	// Redis fails now, the Sweeper finds the expired hold, sees the row,
-	// and closes it then.
-	if _, err := m.stocks.Confirm(context.WithoutCancel(ctx), h); err != nil {
-		m.log.WarnContext(ctx, "confirm hold; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
+	// Close the hold, unless the group-commit writer closed it with the
+	// rest of its batch (writer.go: closeHolds). The order is committed
+	// whatever happens here: if Redis fails now, the Sweeper finds the
+	// expired hold, sees the row, and closes it then.
+	if !closed {
+		if _, err := m.stocks.Confirm(context.WithoutCancel(ctx), h); err != nil {
+			m.log.WarnContext(ctx, "confirm hold; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
+		}
 	}
 	m.memory.rememberBuyer(voucherID, userID, true)
 	return id, nil
@@ -318,10 +321,11 @@ var errRefused = errors.New("order refused by MySQL")
 // when all is well, and the lock lasts at most its TTL when it is not.
 func busyRetry() error { return apperr.RetryAfter(ErrBusy, time.Second) }
 
-// write writes the order of the unit taken from bucket under the user's
-// lock, within WriteTimeout, and returns its ID (id, or a new one if id
-// was already used: see errIDTaken) and what became of it.
-func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int64, bucket int) (int64, Outcome, error) {
+// write writes the order of the unit h took under the user's lock, within
+// WriteTimeout, and returns its ID (id, or a new one if id was already
+// used: see errIDTaken), what became of it, and whether the writer closed
+// h already (closeHolds).
+func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int64, h stock.Hold) (int64, Outcome, bool, error) {
 	voucherID := v.ID
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.WriteTimeout)
 	defer cancel()
@@ -334,10 +338,10 @@ func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int6
 	m.obs.Stage(StageLock, time.Since(start))
 	if errors.Is(err, lock.ErrNotAcquired) {
 		m.obs.UserLock(LockContended)
-		return 0, NotWritten, busyRetry()
+		return 0, NotWritten, false, busyRetry()
 	}
 	if err != nil {
-		return 0, NotWritten, err
+		return 0, NotWritten, false, err
 	}
 	m.obs.UserLock(LockObtained)
 	defer func() {
@@ -355,10 +359,16 @@ func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int6
 	// if the watchdog finds the lock lost, the order is not written, or its
 	// transaction rolls back, instead of committing unprotected.
 	for {
-		o := newOrder(v, id, userID, m.now(), bucket)
+		o := newOrder(v, id, userID, m.now(), h.From)
 		start := time.Now()
-		outcome, err := m.commits.commit(lk.Context(), &o)
-		m.obs.Stage(StageCommit, time.Since(start))
+		r := m.commits.commit(lk.Context(), &o, h)
+		if r.closed {
+			// The stage ends at the COMMIT, not once the holds are closed.
+			m.obs.Stage(StageCommit, r.committed.Sub(start))
+		} else {
+			m.obs.Stage(StageCommit, time.Since(start))
+		}
+		outcome, err := r.outcome, r.err
 		if outcome == Unknown {
 			// Ask MySQL, with a budget of its own (the write's may be
 			// spent). Should the hold expire meanwhile, the Sweeper asks
@@ -369,10 +379,10 @@ func (m syncMode) write(ctx context.Context, v *voucher.Voucher, userID, id int6
 			cancel()
 		}
 		if outcome != NotWritten || (!errors.Is(err, errIDTaken) && !errors.Is(err, errIDCollision)) {
-			return id, outcome, err
+			return id, outcome, r.closed && outcome == Written, err
 		}
 		if id, err = m.ids.Next(wctx, orderIDPrefix); err != nil {
-			return 0, NotWritten, err
+			return 0, NotWritten, false, err
 		}
 	}
 }

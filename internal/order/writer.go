@@ -2,9 +2,13 @@ package order
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
+
+	"seckill/internal/stock"
 )
 
 // Group commit for sync mode.
@@ -28,11 +32,17 @@ import (
 // loses a conflict (error 1213: on a Galera cluster, another node wrote
 // the voucher's row first) is not broken up: it is run again, whole,
 // after a short pause (retryConflicts).
+//
+// Once a batch is committed its holds are closed together as well
+// (closeHolds): one script per Redis shard they live in
+// (stock.ConfirmAll), not one or two a request, in a goroutine of the
+// batch's own so that the writer goes on with the next batch meanwhile.
 
 // write is one request's order, waiting for the writer.
 type write struct {
 	ctx   context.Context // the user's lock's context: if it ends, the order must not be written
 	order *Order
+	hold  stock.Hold // the unit the order was taken with, closed once it is written
 	done  chan written
 }
 
@@ -42,6 +52,11 @@ type written struct {
 	outcome Outcome
 	err     error
 	alone   bool // not written: the batch failed, write it alone
+	// closed: written, and the writer has closed the order's hold (or
+	// tried: a failure leaves it to the Sweeper), so the request need not;
+	// committed is when the COMMIT answered, before the holds were closed.
+	closed    bool
+	committed time.Time
 }
 
 // groupCommit is the group-commit loops' input, and what they write with.
@@ -50,10 +65,17 @@ type groupCommit struct {
 	max int // orders in one transaction at most (Config.GroupCommit)
 	db  *gorm.DB
 	obs Observer
+	// stocks closes the holds of the orders written (closeHolds); nil
+	// leaves them to the requests.
+	stocks *stock.Store
+	// confirmWithin bounds closing a batch's holds (Config.WriteTimeout;
+	// 0: the Redis client's own timeouts only).
+	confirmWithin time.Duration
+	log           *slog.Logger
 }
 
-func newGroupCommit(db *gorm.DB, obs Observer, most int) *groupCommit {
-	return &groupCommit{in: make(chan *write), max: max(most, 1), db: db, obs: obs}
+func newGroupCommit(db *gorm.DB, obs Observer, most int, stocks *stock.Store, confirmWithin time.Duration, log *slog.Logger) *groupCommit {
+	return &groupCommit{in: make(chan *write), max: max(most, 1), db: db, obs: obs, stocks: stocks, confirmWithin: confirmWithin, log: log}
 }
 
 // DefaultWriters is how many batches may be in flight at once by default
@@ -67,22 +89,24 @@ func newGroupCommit(db *gorm.DB, obs Observer, most int) *groupCommit {
 // first waits for its COMMIT: worth measuring there.
 const DefaultWriters = 1
 
-// commit writes o through the writer and returns when it is committed or
-// has failed, or when its COMMIT's answer was lost (Unknown). It waits for
-// the answer even if ctx ends meanwhile: a batch already sent may commit
-// the order, and the caller must know.
-func (g *groupCommit) commit(ctx context.Context, o *Order) (Outcome, error) {
-	w := &write{ctx: ctx, order: o, done: make(chan written, 1)}
+// commit writes o, taken with h, through the writer and returns when it
+// is committed or has failed, or when its COMMIT's answer was lost
+// (Unknown). It waits for the answer even if ctx ends meanwhile: a batch
+// already sent may commit the order, and the caller must know. The
+// answer's closed says that the writer closed h (closeHolds); if not, the
+// caller closes it once its order is Written.
+func (g *groupCommit) commit(ctx context.Context, o *Order, h stock.Hold) written {
+	w := &write{ctx: ctx, order: o, hold: h, done: make(chan written, 1)}
 	select {
 	case g.in <- w:
 	case <-ctx.Done():
-		return NotWritten, ctx.Err()
+		return written{outcome: NotWritten, err: ctx.Err()}
 	}
 	r := <-w.done
 	if r.alone {
 		r = g.writeAlone(w)
 	}
-	return r.outcome, r.err
+	return r
 }
 
 // RunWriter runs one group-commit loop until ctx is done; start
@@ -153,9 +177,7 @@ func (g *groupCommit) writeGroup(batch []*write) {
 		switch outcome {
 		case Written:
 			g.obs.Committed(len(live))
-			for _, w := range live {
-				w.done <- written{outcome: Written}
-			}
+			g.closeHolds(live)
 			return
 		case Unknown:
 			// The batch's COMMIT went unanswered: every member looks its
@@ -168,7 +190,11 @@ func (g *groupCommit) writeGroup(batch []*write) {
 	}
 	if len(live) == 1 {
 		w := live[0]
-		w.done <- g.writeAlone(w)
+		if r := g.writeAlone(w); r.outcome != Written {
+			w.done <- r
+			return
+		}
+		g.closeHolds(live)
 		return
 	}
 	// The batch failed as a whole: each member writes its order alone, in
@@ -188,4 +214,55 @@ func (g *groupCommit) writeAlone(w *write) written {
 		g.obs.Committed(1)
 	}
 	return written{outcome: outcome, err: err}
+}
+
+// closeHolds closes the holds of ws, whose orders are committed, with one
+// script per Redis shard they live in (stock.ConfirmAll), then answers each
+// request Written. It does so in a goroutine of its own: the writer goes on
+// with the next batch while Redis answers.
+//
+// The requests wait for their holds to close before they answer 200, as
+// they did when each closed its own: the wait is one round trip to Redis,
+// the same as before, and costs no CPU, while a 200 sent sooner would
+// promise less. The answer would then come before the hold is closed, and
+// for that moment the buyer's next press on another instance would meet
+// the open hold and be told 429 busy rather than 409 already_ordered
+// (docs/api.md), and a waiting room would still show them holding an
+// admission. CPU is what sets a sync order's rate on a busy machine
+// (BENCHMARKS.md), and the saving is in the scripts, not in the wait.
+//
+// If Redis fails meanwhile (down, the reply lost, confirmWithin spent),
+// the orders are committed all the same, and the requests answer 200: the
+// holds stay open until they expire, and the Sweeper, seeing each order's
+// row in MySQL, closes them then, keeping the buyers (Store.Settle), as
+// it did when a request's own Confirm failed. A hold is never given back
+// for an order that exists, since the Sweeper asks MySQL first.
+func (g *groupCommit) closeHolds(ws []*write) {
+	if g.stocks == nil {
+		for _, w := range ws {
+			w.done <- written{outcome: Written}
+		}
+		return
+	}
+	committed := time.Now()
+	hs := make([]stock.Hold, len(ws))
+	for i, w := range ws {
+		hs[i] = w.hold
+	}
+	// Traced, as the batch's transaction, with the first member's request.
+	span := trace.SpanContextFromContext(ws[0].ctx)
+	go func() {
+		ctx, cancel := trace.ContextWithSpanContext(context.Background(), span), context.CancelFunc(func() {})
+		if g.confirmWithin > 0 {
+			ctx, cancel = context.WithTimeout(ctx, g.confirmWithin)
+		}
+		_, err := g.stocks.ConfirmAll(ctx, hs)
+		cancel()
+		if err != nil {
+			g.log.WarnContext(ctx, "confirm the holds of a group commit; the sweeper will", "orders", len(hs), "err", err)
+		}
+		for _, w := range ws {
+			w.done <- written{outcome: Written, closed: true, committed: committed}
+		}
+	}()
 }

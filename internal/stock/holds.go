@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// This file closes holds and claims: Confirm once the order row is
-// committed, GiveBack or Drop when the request failed, Expired and Settle
-// for the sweeper. It uses buckets.go, keys.go and stock.go; never take.go.
+// This file closes holds and claims: Confirm (ConfirmAll, for many) once
+// the order row is committed, GiveBack or Drop when the request failed,
+// Expired and Settle for the sweeper. It uses buckets.go, keys.go and stock.go; never take.go.
 
 // Confirm closes h once its order row is committed, and makes sure the
 // user is remembered as a buyer (a reload from MySQL may have happened
@@ -53,6 +54,131 @@ var (
 func (s *Store) close(ctx context.Context, entries string, k Keys, userID int64, remember bool) (bool, error) {
 	n, err := closeScript.Run(ctx, s.rdb, []string{entries, k.Buyers, k.Admitted}, userID, flag(remember)).Int()
 	return n == 1, err
+}
+
+var (
+	//go:embed confirmall.lua
+	closeAllSrc    string
+	closeAllScript = redis.NewScript(closeAllSrc)
+)
+
+// ConfirmAll is Confirm for the holds of orders committed together (a
+// group commit's batch): it closes each as Confirm would, in one script
+// call per shard whose slot holds their entries, instead of one or two
+// calls a hold. On a Redis Cluster a script may touch keys of one slot
+// only, and every key of a shard, whatever the voucher or bucket, is in
+// its slot (shard.go), so each call stays in one slot; the calls for
+// different shards go out together (on a cluster, to their masters at
+// once). It returns how many entries (holds and claims) were still open.
+//
+// Each call runs whole or not at all, as Confirm's does; a call that
+// fails (Redis down, the reply lost) leaves its entries open, and the
+// Sweeper closes them once they expire, having seen the orders' rows: as
+// after a Confirm that failed. The error joins every failed call's.
+func (s *Store) ConfirmAll(ctx context.Context, hs []Hold) (int, error) {
+	calls := closeCalls(hs)
+	if len(calls) == 1 {
+		return calls[0].run(ctx, s.rdb)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		closed int
+		errs   []error
+	)
+	for _, c := range calls {
+		wg.Go(func() {
+			n, err := c.run(ctx, s.rdb)
+			mu.Lock()
+			closed += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return closed, errors.Join(errs...)
+}
+
+// A closeGroup is the users whose entries ConfirmAll closes in one set of
+// a bucket's keys, alike: a bucket's holds or its claims, its buyers
+// remembered or not.
+type closeGroup struct {
+	voucher          int64
+	buckets, bucket  int
+	claims, remember bool
+	users            []int64
+}
+
+// A closeCall is one run of confirmall.lua: the groups of one shard.
+type closeCall struct {
+	shard  int
+	groups []*closeGroup
+}
+
+// closeCalls sorts the entries of hs into groups and the groups into
+// calls, one per shard, in the order first met.
+func closeCalls(hs []Hold) []*closeCall {
+	var calls []*closeCall
+	add := func(h Hold, bucket int, claims, remember bool) {
+		shard := BucketShard(h.Voucher, h.Buckets, bucket)
+		var c *closeCall
+		for _, x := range calls {
+			if x.shard == shard {
+				c = x
+				break
+			}
+		}
+		if c == nil {
+			c = &closeCall{shard: shard}
+			calls = append(calls, c)
+		}
+		for _, g := range c.groups {
+			if g.voucher == h.Voucher && g.buckets == h.Buckets && g.bucket == bucket && g.claims == claims && g.remember == remember {
+				g.users = append(g.users, h.User)
+				return
+			}
+		}
+		c.groups = append(c.groups, &closeGroup{voucher: h.Voucher, buckets: h.Buckets, bucket: bucket, claims: claims, remember: remember, users: []int64{h.User}})
+	}
+	for _, h := range hs {
+		// As Confirm: the unit's hold where it was taken, and, for a
+		// unit of another bucket, the claim at home; the buyer remembered
+		// at home.
+		add(h, h.From, false, h.From == h.Home)
+		if h.From != h.Home {
+			add(h, h.Home, true, true)
+		}
+	}
+	return calls
+}
+
+// run runs confirmall.lua for c's groups.
+func (c *closeCall) run(ctx context.Context, rdb redis.Scripter) (int, error) {
+	keys := make([]string, 0, 3*len(c.groups))
+	n := 0
+	for _, g := range c.groups {
+		n += 2 + len(g.users)
+	}
+	args := make([]any, 0, n)
+	for _, g := range c.groups {
+		k := BucketKeys(g.voucher, g.buckets, g.bucket)
+		entries := k.Holds
+		if g.claims {
+			entries = k.Claims
+		}
+		keys = append(keys, entries, k.Buyers, k.Admitted)
+		args = append(args, flag(g.remember), len(g.users))
+		for _, u := range g.users {
+			args = append(args, u)
+		}
+	}
+	closed, err := closeAllScript.Run(ctx, rdb, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("confirm %d holds in shard %d: %w", n-2*len(c.groups), c.shard, err)
+	}
+	return closed, nil
 }
 
 func (s *Store) keys(h Hold) (home, from Keys) {

@@ -20,7 +20,9 @@
 // slot of its own (buckets.go).
 //
 // A request takes a unit with Take. Once its order row is committed it calls
-// Confirm; if anything fails it calls GiveBack. A hold is what makes the
+// Confirm (ConfirmAll closes the holds of orders committed together, as
+// sync mode's group commit writes them); if anything fails it calls
+// GiveBack. A hold is what makes the
 // unit recoverable when the process dies in between (SIGKILL, OOM, power):
 // the Sweeper in package order finds expired holds with Expired and returns
 // their units with Settle, unless the order row exists after all.
@@ -33,7 +35,7 @@
 // list, and load.go uses neither take.go nor holds.go:
 //
 //	take.go     Take: a unit for a user, from home or another bucket
-//	holds.go    closing holds: Confirm, GiveBack, Drop; Expired and
+//	holds.go    closing holds: Confirm, ConfirmAll, GiveBack, Drop; Expired and
 //	            Settle for the sweeper
 //	load.go     Redis from MySQL's figures: Init, Load, Reconcile, and
 //	            Left, Forget, Vouchers
