@@ -19,9 +19,9 @@ import (
 // each hands its order to the writer and waits; the writer takes whatever
 // orders are waiting and commits them in one transaction (writeNew: one
 // multi-row INSERT and one guarded UPDATE per voucher, as async mode's
-// writeBatch, without its look for orders written before). The row is
-// locked once per batch instead of once per order. Each request still answers only after its own row is
-// committed, so a sync 200 keeps its promise. Under light load a batch is
+// writeBatch, without its way back for a redelivery). The row is locked
+// once per batch instead of once per order. Each request still answers
+// only after its own row is committed, so a sync 200 keeps its promise. Under light load a batch is
 // one order, and nothing waits for company: there is no timer.
 //
 // If a batch fails as a whole (one order's user already has one, say, or
