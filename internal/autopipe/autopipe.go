@@ -11,15 +11,25 @@
 // moment go out as one pipeline: one write, one read on each side for all
 // of them.
 //
-// How: a hook on the client takes every command, hands it to one of a few
-// senders and waits for its reply. A sender takes whatever commands are
-// waiting (up to a batch) and sends them as one pipeline; a sender alone
-// with one command sends it as it is. Nothing waits for company: under
-// light load every command still goes out at once, alone, and batches form
-// only when commands arrive faster than the senders can send them, which
-// is when sharing pays. Each command keeps its own reply and its own error;
-// a script in a pipeline is as atomic as a script alone (Redis runs each
-// command of a pipeline whole, one after the other).
+// How: a hook on the client takes every command, puts it in a queue the
+// senders share and waits for its reply. A sender takes whatever commands
+// are waiting (up to a batch) and sends them as one pipeline; a sender
+// alone with one command sends it as it is. Nothing waits for company:
+// under light load every command still goes out at once, alone, and
+// batches form only when commands arrive faster than the senders can send
+// them, which is when sharing pays. Each command keeps its own reply and
+// its own error; a script in a pipeline is as atomic as a script alone
+// (Redis runs each command of a pipeline whole, one after the other).
+//
+// Why a queue under a mutex and not a channel: putting a command in the
+// queue never makes its caller wait, so a caller sleeps once, for its
+// reply, where a hand-off over an unbuffered channel made it sleep twice
+// whenever the senders were busy (once until a sender came back to take
+// the command, once for the reply), and each sleep and wake-up costs the
+// Go scheduler about as much as the command costs go-redis. And a sender
+// takes the whole queue at once, one lock for a batch. A caller may still
+// take its command back out of the queue, as it could give up on a channel
+// send, until a sender has taken it (see ProcessHook).
 //
 // What it changes when things fail: a connection that breaks fails every
 // command of its batch, as it fails the one command it carries without the
@@ -51,9 +61,21 @@ import (
 
 // Pipeliner is the hook and its senders. Make one with Attach.
 type Pipeliner struct {
-	rdb   *redis.Client
-	calls chan *call
-	max   int
+	rdb *redis.Client
+	max int
+
+	// mu guards queue and closed. A command is in queue from its caller's
+	// hook until a sender takes it; closed is set by Close, after which
+	// nothing enters the queue (see Close for why that strands nothing).
+	mu     sync.Mutex
+	queue  []*call
+	closed bool
+
+	// wake holds a token when a sender may find commands in the queue: a
+	// caller that makes the queue non-empty leaves one, and an idle sender
+	// waits for it. Its room for one token is what lets a caller leave it
+	// without waiting for a sender to take it.
+	wake chan struct{}
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -74,17 +96,24 @@ type call struct {
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// Attach adds the hook to rdb and starts senders senders, each of which
-// sends up to max commands per round trip. Close stops them.
+// Attach adds the hook to rdb and starts senders senders (at least one),
+// each of which sends up to batch commands per round trip. Close stops them.
 //
 // rdb must not retry (Options.MaxRetries -1): go-redis retries a pipeline
 // whole, and a batch retried because of one command's error would run the
 // others' commands, scripts that take stock among them, a second time.
-func Attach(rdb *redis.Client, senders, max int) (*Pipeliner, error) {
+func Attach(rdb *redis.Client, senders, batch int) (*Pipeliner, error) {
 	if rdb.Options().MaxRetries > 0 {
 		return nil, errors.New("autopipe: the client retries failed commands (set MaxRetries to -1): a retried batch would run other callers' commands twice")
 	}
-	p := &Pipeliner{rdb: rdb, calls: make(chan *call), max: max, stop: make(chan struct{})}
+	if senders < 1 {
+		// Without a sender a command in the queue would wait forever.
+		return nil, errors.New("autopipe: no senders")
+	}
+	p := &Pipeliner{
+		rdb: rdb, max: max(batch, 1),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
 	rdb.AddHook(p)
 	for range senders {
 		p.senders.Go(p.send)
@@ -94,8 +123,21 @@ func Attach(rdb *redis.Client, senders, max int) (*Pipeliner, error) {
 
 // Close stops the senders; commands sent after it go alone. Call it
 // before closing the client.
+//
+// Why no command is left in the queue with its caller waiting forever: a
+// caller puts its command in only while the queue is open (it looks at
+// closed under mu), and a sender leaves only when it finds the queue both
+// empty and shut (under mu, in take). Once shut, nothing enters, so a
+// queue found empty and shut stays empty: every command put in it was
+// taken by a sender, which sends it and answers before it looks again.
+// Closing stop only wakes the senders that sleep, so that they look.
 func (p *Pipeliner) Close() {
-	p.stopOnce.Do(func() { close(p.stop) })
+	p.stopOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		close(p.stop)
+	})
 	p.senders.Wait()
 }
 
@@ -120,23 +162,50 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if alone(cmd.Name()) || !plain(cmd.Args()) {
 			return next(ctx, cmd)
 		}
+		if err := ctx.Err(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
 		c := calls.Get().(*call)
 		c.ctx, c.cmd, c.next = ctx, cmd, next
-		select {
-		case p.calls <- c:
-		case <-p.stop:
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
 			c.release()
 			return next(ctx, cmd)
-		case <-ctx.Done():
-			c.release()
-			cmd.SetErr(ctx.Err())
-			return ctx.Err()
 		}
-		// Once a sender has it, the command may be on the wire: wait for
-		// its reply even if ctx ends meanwhile, as go-redis itself does
-		// (its read is bounded by ReadTimeout), so that the caller never
-		// takes "gave up waiting" for "was not sent".
-		<-c.done
+		p.queue = append(p.queue, c)
+		first := len(p.queue) == 1
+		p.mu.Unlock()
+		if first {
+			// The queue was empty: a sender may be asleep. Otherwise a
+			// token was left when it became non-empty (by its caller, or
+			// by a take that left commands behind), and no sender sleeps
+			// before it has taken that token and looked again.
+			p.signal()
+		}
+		if done := ctx.Done(); done != nil {
+			select {
+			case <-c.done:
+			case <-done:
+				// Not yet taken by a sender: never sent, the caller may
+				// leave, as it could leave before the hand-off to a sender
+				// without the queue. Taken: it may be on the wire, see
+				// below.
+				if p.withdraw(c) {
+					c.release()
+					cmd.SetErr(ctx.Err())
+					return ctx.Err()
+				}
+				<-c.done
+			}
+		} else {
+			<-c.done
+		}
+		// Once a sender has it, the command may be on the wire: its caller
+		// waits for its reply even if ctx ends meanwhile, as go-redis
+		// itself does (its read is bounded by ReadTimeout), so that the
+		// caller never takes "gave up waiting" for "was not sent".
 		err, p := c.err, c.panic
 		c.release()
 		if p != nil {
@@ -146,6 +215,31 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// signal leaves a token in wake for a sender, unless one is there already.
+func (p *Pipeliner) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// withdraw takes c back out of the queue and reports whether it was still
+// there (no sender has taken it, nor will).
+func (p *Pipeliner) withdraw(c *call) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, q := range p.queue {
+		if q == c {
+			last := len(p.queue) - 1
+			copy(p.queue[i:], p.queue[i+1:])
+			p.queue[last] = nil // not kept alive by the queue
+			p.queue = p.queue[:last]
+			return true
+		}
+	}
+	return false
 }
 
 func (c *call) release() {
@@ -194,25 +288,24 @@ func plain(args []any) bool {
 	return true
 }
 
-// send is one sender: it takes a command, whatever others are waiting
-// behind it, and sends them in one round trip.
+// send is one sender: it takes the commands waiting, up to a batch, and
+// sends them in one round trip; with none waiting, it sleeps until a
+// caller leaves a token in wake, or Close comes.
 func (p *Pipeliner) send() {
 	batch := make([]*call, 0, p.max)
 	for {
-		select {
-		case c := <-p.calls:
-			batch = append(batch[:0], c)
-		case <-p.stop:
-			return
-		}
-	gather:
-		for len(batch) < p.max {
-			select {
-			case c := <-p.calls:
-				batch = append(batch, c)
-			default:
-				break gather
+		var shut bool
+		batch, shut = p.take(batch[:0])
+		if len(batch) == 0 {
+			if shut {
+				// Empty and shut (Close): nothing will ever enter it again.
+				return
 			}
+			select {
+			case <-p.wake:
+			case <-p.stop:
+			}
+			continue
 		}
 		p.batches.Add(1)
 		p.commands.Add(int64(len(batch)))
@@ -221,6 +314,25 @@ func (p *Pipeliner) send() {
 			c.done <- struct{}{}
 		}
 	}
+}
+
+// take moves up to max commands from the head of the queue to batch, and
+// reports whether Close has shut the queue. If it leaves commands behind
+// it leaves a token too, so that with several senders a burst bigger than
+// a batch need not wait for this one's round trip.
+func (p *Pipeliner) take(batch []*call) ([]*call, bool) {
+	p.mu.Lock()
+	n := min(len(p.queue), p.max)
+	batch = append(batch, p.queue[:n]...)
+	rest := copy(p.queue, p.queue[n:])
+	clear(p.queue[rest:]) // not kept alive by the queue
+	p.queue = p.queue[:rest]
+	shut := p.closed
+	p.mu.Unlock()
+	if rest > 0 {
+		p.signal()
+	}
+	return batch, shut
 }
 
 // sendBatch sends batch, alone if it is one command, else as one pipeline,
