@@ -40,6 +40,11 @@ func BenchmarkSenders(b *testing.B) {
 			b.SetParallelism(32) // 32 goroutines a core: 64 on the 2-core machine of BENCHMARKS.md
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
+				// A context of its own that can end, as a request's: a
+				// caller then waits for its reply or its context (a
+				// select), the wait the server's callers pay.
+				ctx, cancel := context.WithCancel(ctx)
+				defer cancel()
 				for pb.Next() {
 					if err := incr.Run(ctx, rdb, []string{"bench"}, 1).Err(); err != nil {
 						b.Error(err)
