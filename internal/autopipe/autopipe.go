@@ -25,11 +25,11 @@
 // queue never makes its caller wait, so a caller sleeps once, for its
 // reply, where a hand-off over an unbuffered channel made it sleep twice
 // whenever the senders were busy (once until a sender came back to take
-// the command, once for the reply), and each sleep and wake-up costs the
-// Go scheduler about as much as the command costs go-redis. And a sender
-// takes the whole queue at once, one lock for a batch. A caller may still
-// take its command back out of the queue, as it could give up on a channel
-// send, until a sender has taken it (see ProcessHook).
+// the command, once for the reply). Sleeping and waking goroutines is
+// much of what the Go scheduler costs an order (BENCHMARKS.md, issue 33).
+// And a sender takes the whole queue at once, one lock for a batch. A
+// caller may still take its command back out of the queue, as it could
+// give up on a channel send, until a sender has taken it (see ProcessHook).
 //
 // What it changes when things fail: a connection that breaks fails every
 // command of its batch, as it fails the one command it carries without the
@@ -163,6 +163,8 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		if err := ctx.Err(); err != nil {
+			// Ended already: not sent, as go-redis would not send it (it
+			// looks at ctx before it takes a connection).
 			cmd.SetErr(err)
 			return err
 		}
@@ -188,10 +190,9 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			select {
 			case <-c.done:
 			case <-done:
-				// Not yet taken by a sender: never sent, the caller may
-				// leave, as it could leave before the hand-off to a sender
-				// without the queue. Taken: it may be on the wire, see
-				// below.
+				// ctx ended while the command waited. If no sender has
+				// taken it, it was never sent: take it back and leave.
+				// If one has, it may be on the wire: wait, as below.
 				if p.withdraw(c) {
 					c.release()
 					cmd.SetErr(ctx.Err())
