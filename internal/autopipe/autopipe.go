@@ -11,25 +11,15 @@
 // moment go out as one pipeline: one write, one read on each side for all
 // of them.
 //
-// How: a hook on the client takes every command, puts it in a queue the
-// senders share and waits for its reply. A sender takes whatever commands
-// are waiting (up to a batch) and sends them as one pipeline; a sender
-// alone with one command sends it as it is. Nothing waits for company:
-// under light load every command still goes out at once, alone, and
-// batches form only when commands arrive faster than the senders can send
-// them, which is when sharing pays. Each command keeps its own reply and
-// its own error; a script in a pipeline is as atomic as a script alone
-// (Redis runs each command of a pipeline whole, one after the other).
-//
-// Why a queue under a mutex and not a channel: putting a command in the
-// queue never makes its caller wait, so a caller sleeps once, for its
-// reply, where a hand-off over an unbuffered channel made it sleep twice
-// whenever the senders were busy (once until a sender came back to take
-// the command, once for the reply). Sleeping and waking goroutines is
-// much of what the Go scheduler costs an order (BENCHMARKS.md, issue 33).
-// And a sender takes the whole queue at once, one lock for a batch. A
-// caller may still take its command back out of the queue, as it could
-// give up on a channel send, until a sender has taken it (see ProcessHook).
+// How: a hook on the client takes every command, hands it to one of a few
+// senders and waits for its reply. A sender takes whatever commands are
+// waiting (up to a batch) and sends them as one pipeline; a sender alone
+// with one command sends it as it is. Nothing waits for company: under
+// light load every command still goes out at once, alone, and batches form
+// only when commands arrive faster than the senders can send them, which
+// is when sharing pays. Each command keeps its own reply and its own error;
+// a script in a pipeline is as atomic as a script alone (Redis runs each
+// command of a pipeline whole, one after the other).
 //
 // What it changes when things fail: a connection that breaks fails every
 // command of its batch, as it fails the one command it carries without the
@@ -61,21 +51,9 @@ import (
 
 // Pipeliner is the hook and its senders. Make one with Attach.
 type Pipeliner struct {
-	rdb *redis.Client
-	max int
-
-	// mu guards queue and closed. A command is in queue from its caller's
-	// hook until a sender takes it; closed is set by Close, after which
-	// nothing enters the queue (see Close for why that strands nothing).
-	mu     sync.Mutex
-	queue  []*call
-	closed bool
-
-	// wake holds a token when a sender may find commands in the queue: a
-	// caller that makes the queue non-empty leaves one, and an idle sender
-	// waits for it. Its room for one token is what lets a caller leave it
-	// without waiting for a sender to take it.
-	wake chan struct{}
+	rdb   *redis.Client
+	calls chan *call
+	max   int
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -96,24 +74,17 @@ type call struct {
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// Attach adds the hook to rdb and starts senders senders (at least one),
-// each of which sends up to batch commands per round trip. Close stops them.
+// Attach adds the hook to rdb and starts senders senders, each of which
+// sends up to max commands per round trip. Close stops them.
 //
 // rdb must not retry (Options.MaxRetries -1): go-redis retries a pipeline
 // whole, and a batch retried because of one command's error would run the
 // others' commands, scripts that take stock among them, a second time.
-func Attach(rdb *redis.Client, senders, batch int) (*Pipeliner, error) {
+func Attach(rdb *redis.Client, senders, max int) (*Pipeliner, error) {
 	if rdb.Options().MaxRetries > 0 {
 		return nil, errors.New("autopipe: the client retries failed commands (set MaxRetries to -1): a retried batch would run other callers' commands twice")
 	}
-	if senders < 1 {
-		// Without a sender a command in the queue would wait forever.
-		return nil, errors.New("autopipe: no senders")
-	}
-	p := &Pipeliner{
-		rdb: rdb, max: max(batch, 1),
-		wake: make(chan struct{}, 1), stop: make(chan struct{}),
-	}
+	p := &Pipeliner{rdb: rdb, calls: make(chan *call), max: max, stop: make(chan struct{})}
 	rdb.AddHook(p)
 	for range senders {
 		p.senders.Go(p.send)
@@ -123,21 +94,8 @@ func Attach(rdb *redis.Client, senders, batch int) (*Pipeliner, error) {
 
 // Close stops the senders; commands sent after it go alone. Call it
 // before closing the client.
-//
-// Why no command is left in the queue with its caller waiting forever: a
-// caller puts its command in only while the queue is open (it looks at
-// closed under mu), and a sender leaves only when it finds the queue both
-// empty and shut (under mu, in take). Once shut, nothing enters, so a
-// queue found empty and shut stays empty: every command put in it was
-// taken by a sender, which sends it and answers before it looks again.
-// Closing stop only wakes the senders that sleep, so that they look.
 func (p *Pipeliner) Close() {
-	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		p.mu.Unlock()
-		close(p.stop)
-	})
+	p.stopOnce.Do(func() { close(p.stop) })
 	p.senders.Wait()
 }
 
@@ -162,51 +120,23 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if alone(cmd.Name()) || !plain(cmd.Args()) {
 			return next(ctx, cmd)
 		}
-		if err := ctx.Err(); err != nil {
-			// Ended already: not sent, as go-redis would not send it (it
-			// looks at ctx before it takes a connection).
-			cmd.SetErr(err)
-			return err
-		}
 		c := calls.Get().(*call)
 		c.ctx, c.cmd, c.next = ctx, cmd, next
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
+		select {
+		case p.calls <- c:
+		case <-p.stop:
 			c.release()
 			return next(ctx, cmd)
+		case <-ctx.Done():
+			c.release()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
 		}
-		p.queue = append(p.queue, c)
-		first := len(p.queue) == 1
-		p.mu.Unlock()
-		if first {
-			// The queue was empty: a sender may be asleep. Otherwise a
-			// token was left when it became non-empty (by its caller, or
-			// by a take that left commands behind), and no sender sleeps
-			// before it has taken that token and looked again.
-			p.signal()
-		}
-		if done := ctx.Done(); done != nil {
-			select {
-			case <-c.done:
-			case <-done:
-				// ctx ended while the command waited. If no sender has
-				// taken it, it was never sent: take it back and leave.
-				// If one has, it may be on the wire: wait, as below.
-				if p.withdraw(c) {
-					c.release()
-					cmd.SetErr(ctx.Err())
-					return ctx.Err()
-				}
-				<-c.done
-			}
-		} else {
-			<-c.done
-		}
-		// Once a sender has it, the command may be on the wire: its caller
-		// waits for its reply even if ctx ends meanwhile, as go-redis
-		// itself does (its read is bounded by ReadTimeout), so that the
-		// caller never takes "gave up waiting" for "was not sent".
+		// Once a sender has it, the command may be on the wire: wait for
+		// its reply even if ctx ends meanwhile, as go-redis itself does
+		// (its read is bounded by ReadTimeout), so that the caller never
+		// takes "gave up waiting" for "was not sent".
+		<-c.done
 		err, p := c.err, c.panic
 		c.release()
 		if p != nil {
@@ -216,31 +146,6 @@ func (p *Pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
-}
-
-// signal leaves a token in wake for a sender, unless one is there already.
-func (p *Pipeliner) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// withdraw takes c back out of the queue and reports whether it was still
-// there (no sender has taken it, nor will).
-func (p *Pipeliner) withdraw(c *call) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, q := range p.queue {
-		if q == c {
-			last := len(p.queue) - 1
-			copy(p.queue[i:], p.queue[i+1:])
-			p.queue[last] = nil // not kept alive by the queue
-			p.queue = p.queue[:last]
-			return true
-		}
-	}
-	return false
 }
 
 func (c *call) release() {
@@ -289,24 +194,25 @@ func plain(args []any) bool {
 	return true
 }
 
-// send is one sender: it takes the commands waiting, up to a batch, and
-// sends them in one round trip; with none waiting, it sleeps until a
-// caller leaves a token in wake, or Close comes.
+// send is one sender: it takes a command, whatever others are waiting
+// behind it, and sends them in one round trip.
 func (p *Pipeliner) send() {
 	batch := make([]*call, 0, p.max)
 	for {
-		var shut bool
-		batch, shut = p.take(batch[:0])
-		if len(batch) == 0 {
-			if shut {
-				// Empty and shut (Close): nothing will ever enter it again.
-				return
-			}
+		select {
+		case c := <-p.calls:
+			batch = append(batch[:0], c)
+		case <-p.stop:
+			return
+		}
+	gather:
+		for len(batch) < p.max {
 			select {
-			case <-p.wake:
-			case <-p.stop:
+			case c := <-p.calls:
+				batch = append(batch, c)
+			default:
+				break gather
 			}
-			continue
 		}
 		p.batches.Add(1)
 		p.commands.Add(int64(len(batch)))
@@ -315,25 +221,6 @@ func (p *Pipeliner) send() {
 			c.done <- struct{}{}
 		}
 	}
-}
-
-// take moves up to max commands from the head of the queue to batch, and
-// reports whether Close has shut the queue. If it leaves commands behind
-// it leaves a token too, so that with several senders a burst bigger than
-// a batch need not wait for this one's round trip.
-func (p *Pipeliner) take(batch []*call) ([]*call, bool) {
-	p.mu.Lock()
-	n := min(len(p.queue), p.max)
-	batch = append(batch, p.queue[:n]...)
-	rest := copy(p.queue, p.queue[n:])
-	clear(p.queue[rest:]) // not kept alive by the queue
-	p.queue = p.queue[:rest]
-	shut := p.closed
-	p.mu.Unlock()
-	if rest > 0 {
-		p.signal()
-	}
-	return batch, shut
 }
 
 // sendBatch sends batch, alone if it is one command, else as one pipeline,

@@ -300,11 +300,12 @@ func TestOddArgumentsGoAlone(t *testing.T) {
 }
 
 // Close while hundreds of callers are sending: every command gets its
-// reply, none is lost in the queue nor run twice. Each round releases 200
-// callers at once, five INCRs each on a key of their own, and closes the
-// Pipeliner a little later each round, so that Close meets the queue
-// full, draining and empty; the senders' batches are small, so the queue
-// holds more than a batch when Close comes.
+// reply (none is left waiting for a sender that has gone), none runs
+// twice. Each round releases 200 callers at once, five INCRs each on a key
+// of their own, and closes the Pipeliner a little later each round, so
+// that Close meets many commands waiting, a few, or none; the senders'
+// batches are small, so more than a batch waits when Close comes. (It
+// caught a queue for the senders that Close shut after stopping them.)
 func TestCloseWhileSending(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	ctx := context.Background()
@@ -357,9 +358,9 @@ func TestCloseWhileSending(t *testing.T) {
 
 // Callers whose contexts end at random moments, many at once: one told
 // its context ended never had its command run, one answered had it run
-// once. It checks the race between a caller taking its command back out
-// of the queue and a sender taking it to send: both must not win.
-func TestContextEndsWhileQueued(t *testing.T) {
+// once. It checks the race between a caller giving up on its command and
+// a sender taking it to send: both must not win.
+func TestContextsEndAtRandom(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb, p := attach(t, srv, 1)
 	direct := srv.Client(t)
