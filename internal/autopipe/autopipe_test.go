@@ -298,3 +298,116 @@ func TestOddArgumentsGoAlone(t *testing.T) {
 	}()
 	rdb.Set(ctx, "p", panicky{}, 0)
 }
+
+// Close while hundreds of callers are sending: every command gets its
+// reply (none is left waiting for a sender that has gone), none runs
+// twice. Each round releases 200 callers at once, five INCRs each on a key
+// of their own, and closes the Pipeliner a little later each round, so
+// that Close meets many commands waiting, a few, or none; the senders'
+// batches are small, so more than a batch waits when Close comes. (It
+// caught a queue for the senders that Close shut after stopping them.)
+func TestCloseWhileSending(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	const rounds, callers, incrs = 30, 200, 5
+	midway := 0 // rounds where Close came after some commands went through the senders and before all did
+	for round := range rounds {
+		rdb := srv.Client(t)
+		p, err := autopipe.Attach(rdb, 1+round%3, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				<-gate
+				key := "r" + strconv.Itoa(round) + ":" + strconv.Itoa(i)
+				for j := 1; j <= incrs; j++ {
+					if v, err := rdb.Incr(ctx, key).Result(); err != nil || v != int64(j) {
+						t.Errorf("INCR %s: %d %v, want %d", key, v, err, j)
+						return
+					}
+				}
+			})
+		}
+		closed := make(chan struct{})
+		go func() {
+			<-gate
+			time.Sleep(time.Duration(round%10) * 300 * time.Microsecond)
+			p.Close()
+			close(closed)
+		}()
+		close(gate)
+		done := make(chan struct{})
+		go func() { wg.Wait(); <-closed; close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: callers or Close still waiting 20 s after Close began: a command stranded", round)
+		}
+		if _, c := p.Stats(); c > 0 && c < callers*incrs {
+			midway++
+		}
+	}
+	t.Logf("Close came midway in %d of %d rounds", midway, rounds)
+	if midway == 0 {
+		t.Error("Close never came while commands were going through the senders: the test did not test")
+	}
+}
+
+// Callers whose contexts end at random moments, many at once: one told
+// its context ended never had its command run, one answered had it run
+// once. It checks the race between a caller giving up on its command and
+// a sender taking it to send: both must not win.
+func TestContextsEndAtRandom(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb, p := attach(t, srv, 1)
+	direct := srv.Client(t)
+	ctx := context.Background()
+	const callers = 64
+	var answered, gaveUp [callers]int64
+	end := time.Now().Add(500 * time.Millisecond)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			<-gate
+			key := "c" + strconv.Itoa(i)
+			for n := 0; time.Now().Before(end); n++ {
+				// From no time at all to about a round trip with a batch.
+				short, cancel := context.WithTimeout(ctx, time.Duration(n%13)*25*time.Microsecond)
+				err := rdb.Incr(short, key).Err()
+				cancel()
+				switch {
+				case err == nil:
+					answered[i]++
+				case errors.Is(err, context.DeadlineExceeded):
+					gaveUp[i]++
+				default:
+					t.Errorf("INCR %s: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	var a, g int64
+	for i := range callers {
+		a, g = a+answered[i], g+gaveUp[i]
+		key := "c" + strconv.Itoa(i)
+		v, err := direct.Get(ctx, key).Int64()
+		if errors.Is(err, redis.Nil) {
+			v, err = 0, nil
+		}
+		if err != nil || v != answered[i] {
+			t.Errorf("%s is %d (%v), want %d: its caller was answered %d times and gave up %d", key, v, err, answered[i], answered[i], gaveUp[i])
+		}
+	}
+	b, c := p.Stats()
+	t.Logf("%d answered, %d gave up; %d commands in %d round trips", a, g, c, b)
+	if a == 0 || g == 0 {
+		t.Errorf("%d answered, %d gave up: want both", a, g)
+	}
+}
