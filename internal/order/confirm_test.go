@@ -32,7 +32,8 @@ import (
 //     and every row was answered as a success;
 //   - Redis' stock + orders = initial = MySQL's stock + orders;
 //   - every hold and claim is closed, and every buyer is remembered at
-//     home.
+//     home (take.lua remembers them already; this checks that nothing
+//     undid it).
 //
 // And each success, as it is answered, finds its hold closed: a 200
 // leaves only once its batch's holds are (each batch's confirm is slowed
@@ -45,10 +46,17 @@ func TestGroupCommitClosesEveryHold(t *testing.T) {
 	rdb := testenv.Redis(t, 0)
 	// Every batch's confirm takes 50 ms longer: a request that answered
 	// before its batch's holds were closed would find its hold open.
+	var slowed atomic.Int64 // batches slowed: none would leave the check below blind
 	rdb.AddHook(newAtConfirmAll(t, func(_ context.Context, _ []int64, send func() error) error {
+		slowed.Add(1)
 		time.Sleep(50 * time.Millisecond)
 		return send()
 	}))
+	t.Cleanup(func() {
+		if slowed.Load() == 0 {
+			t.Error("no confirmall.lua went through the hook: the 50 ms slow-down never applied")
+		}
+	})
 	db := testenv.Open(t, testenv.MySQLDSN(t))
 	cfg := DefaultConfig
 	obs := &batches{}

@@ -24,7 +24,8 @@ import (
 // Config tunes the seckill path. DefaultConfig is a good start.
 type Config struct {
 	// WriteTimeout bounds everything between taking a unit in Redis and
-	// committing the order: the lock and the transaction. It must be well
+	// committing the order: the lock and the transaction; and, apart, the
+	// close of a group commit's holds after it. It must be well
 	// under the stock hold (see stock.NewStore), or the Sweeper could
 	// return a unit whose order is still being written.
 	WriteTimeout time.Duration

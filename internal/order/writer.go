@@ -21,8 +21,9 @@ import (
 // multi-row INSERT and one guarded UPDATE per voucher, as async mode's
 // writeBatch, without its way back for a redelivery). The row is locked
 // once per batch instead of once per order. Each request still answers
-// only after its own row is committed, so a sync 200 keeps its promise. Under light load a batch is
-// one order, and nothing waits for company: there is no timer.
+// only after its own row is committed, so a sync 200 keeps its promise.
+// Under light load a batch is one order, and nothing waits for company:
+// there is no timer.
 //
 // If a batch fails as a whole (one order's user already has one, say, or
 // MySQL refuses one order's row: a value too long for its column), its
@@ -69,7 +70,7 @@ type groupCommit struct {
 	// leaves them to the requests.
 	stocks *stock.Store
 	// confirmWithin bounds closing a batch's holds (Config.WriteTimeout;
-	// 0: the Redis client's own timeouts only).
+	// 0, in tests only: the Redis client's own timeouts).
 	confirmWithin time.Duration
 	log           *slog.Logger
 }
@@ -252,17 +253,27 @@ func (g *groupCommit) closeHolds(ws []*write) {
 	// Traced, as the batch's transaction, with the first member's request.
 	span := trace.SpanContextFromContext(ws[0].ctx)
 	go func() {
-		ctx, cancel := trace.ContextWithSpanContext(context.Background(), span), context.CancelFunc(func() {})
+		// Every request of the batch is answered, whatever happens here:
+		// each waits for its written without a deadline (commit). A panic
+		// (a bug in the Redis client's code) is logged, not left to end
+		// the process from this goroutine, where no web.Recover is; the
+		// holds are then the Sweeper's, as after a failed close.
+		defer func() {
+			if r := recover(); r != nil {
+				g.log.Error("confirm the holds of a group commit panicked; the sweeper will", "orders", len(hs), "panic", r)
+			}
+			for _, w := range ws {
+				w.done <- written{outcome: Written, closed: true, committed: committed}
+			}
+		}()
+		ctx := trace.ContextWithSpanContext(context.Background(), span)
 		if g.confirmWithin > 0 {
+			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, g.confirmWithin)
+			defer cancel()
 		}
-		_, err := g.stocks.ConfirmAll(ctx, hs)
-		cancel()
-		if err != nil {
+		if _, err := g.stocks.ConfirmAll(ctx, hs); err != nil {
 			g.log.WarnContext(ctx, "confirm the holds of a group commit; the sweeper will", "orders", len(hs), "err", err)
-		}
-		for _, w := range ws {
-			w.done <- written{outcome: Written, closed: true, committed: committed}
 		}
 	}()
 }

@@ -9,9 +9,10 @@
 --   bucket), as confirm.lua's ARGV[2]; the count n; then n user IDs.
 --
 -- Returns how many entries were still open (the others the sweeper
--- closed, or Redis lost). Each step is confirm.lua's, for every user of a
--- three at once: ZREM and SADD take many members. Like confirm.lua it only
--- removes entries and adds buyers, so running it twice changes nothing.
+-- closed, or Redis lost). Each step is confirm.lua's, done for all the
+-- users of one three of KEYS at once: ZREM and SADD take many members. Like confirm.lua it
+-- removes entries, adds buyers and ends admissions, so running it twice
+-- changes nothing.
 local closed = 0
 local a = 1
 for k = 1, #KEYS, 3 do
@@ -19,7 +20,8 @@ for k = 1, #KEYS, 3 do
   local last = a + 1 + tonumber(ARGV[a + 1])
   a = a + 2
   -- In slices: unpack puts its values on Lua's stack, which takes 8000
-  -- at most.
+  -- at most. (A batch holds at most 100 orders today: the slices are
+  -- for a larger GroupCommit.)
   for i = a, last, 1000 do
     local j = math.min(i + 999, last)
     closed = closed + redis.call('ZREM', KEYS[k], unpack(ARGV, i, j))

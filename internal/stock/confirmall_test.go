@@ -22,7 +22,7 @@ import (
 // from other buckets than the buyer's home (a hold there, a claim at
 // home). On a three-master cluster, where a script that touched keys of
 // two slots would be refused (CROSSSLOT), and on one Redis, where the
-// groups of several shards go out together.
+// groups of several shards go out in parallel.
 //
 // It fails if a group mixes slots, if a user's entry is left open, if a
 // buyer forgotten meanwhile is not remembered again at home, or is

@@ -13,7 +13,8 @@ import (
 
 // This file closes holds and claims: Confirm (ConfirmAll, for many) once
 // the order row is committed, GiveBack or Drop when the request failed,
-// Expired and Settle for the sweeper. It uses buckets.go, keys.go and stock.go; never take.go.
+// Expired and Settle for the sweeper. It uses buckets.go, keys.go and
+// stock.go; never take.go.
 
 // Confirm closes h once its order row is committed, and makes sure the
 // user is remembered as a buyer (a reload from MySQL may have happened
@@ -88,7 +89,18 @@ func (s *Store) ConfirmAll(ctx context.Context, hs []Hold) (int, error) {
 	)
 	for _, c := range calls {
 		wg.Go(func() {
-			n, err := c.run(ctx, s.rdb)
+			n, err := 0, error(nil)
+			func() {
+				// A panic of the Redis client's code becomes this call's
+				// error: on a goroutine of its own, it would end the
+				// process.
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("confirm holds: panic: %v", r)
+					}
+				}()
+				n, err = c.run(ctx, s.rdb)
+			}()
 			mu.Lock()
 			closed += n
 			if err != nil {
@@ -176,7 +188,7 @@ func (c *closeCall) run(ctx context.Context, rdb redis.Scripter) (int, error) {
 	}
 	closed, err := closeAllScript.Run(ctx, rdb, keys, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("confirm %d holds in shard %d: %w", n-2*len(c.groups), c.shard, err)
+		return 0, fmt.Errorf("confirm %d holds and claims in shard %d: %w", n-2*len(c.groups), c.shard, err)
 	}
 	return closed, nil
 }

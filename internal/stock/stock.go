@@ -22,8 +22,8 @@
 // A request takes a unit with Take. Once its order row is committed it calls
 // Confirm (ConfirmAll closes the holds of orders committed together, as
 // sync mode's group commit writes them); if anything fails it calls
-// GiveBack. A hold is what makes the
-// unit recoverable when the process dies in between (SIGKILL, OOM, power):
+// GiveBack. A hold is what makes the unit recoverable when the process
+// dies in between (SIGKILL, OOM, power):
 // the Sweeper in package order finds expired holds with Expired and returns
 // their units with Settle, unless the order row exists after all.
 //
