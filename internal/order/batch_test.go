@@ -18,10 +18,7 @@ import (
 func TestWriteBatchTellsCollisionFromRedelivery(t *testing.T) {
 	db := testenv.Open(t, testenv.MySQLDSN(t))
 	ctx := context.Background()
-	vid := testenv.ID() % 1_000_000_000
-	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
-		t.Fatal(err)
-	}
+	vid := tenUnits(t, db)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	a := Order{ID: 1001, UserID: 1, VoucherID: vid, Status: StatusUnpaid, CreatedAt: at}
 	b := Order{ID: 1001, UserID: 2, VoucherID: vid, Status: StatusUnpaid, CreatedAt: at}
@@ -51,10 +48,7 @@ func TestWriteBatchTellsCollisionFromRedelivery(t *testing.T) {
 func TestWriteBatchRedelivered(t *testing.T) {
 	db := testenv.Open(t, testenv.MySQLDSN(t))
 	ctx := context.Background()
-	vid := testenv.ID() % 1_000_000_000
-	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
-		t.Fatal(err)
-	}
+	vid := tenUnits(t, db)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	base := testenv.ID()
 	order := func(i, user int64) Order {
@@ -103,10 +97,7 @@ func TestWriteBatchRedelivered(t *testing.T) {
 // taken", which the consumer would take for MySQL being down.
 func TestDuplicateSeesRowCommittedMeanwhile(t *testing.T) {
 	db := testenv.Open(t, testenv.MySQLDSN(t))
-	vid := testenv.ID() % 1_000_000_000
-	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
-		t.Fatal(err)
-	}
+	vid := tenUnits(t, db)
 	o := Order{ID: testenv.ID(), UserID: 1, VoucherID: vid, Status: StatusUnpaid, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	tx := db.Begin()
 	defer tx.Rollback()
@@ -123,4 +114,15 @@ func TestDuplicateSeesRowCommittedMeanwhile(t *testing.T) {
 	if err := keyHit(tx, &o); !errors.Is(err, errWrittenMeanwhile) {
 		t.Fatalf("keyHit: %v; want written meanwhile", err)
 	}
+}
+
+// tenUnits makes a voucher of 10 units on sale, straight in MySQL, and
+// returns its ID.
+func tenUnits(t *testing.T, db *gorm.DB) int64 {
+	t.Helper()
+	vid := testenv.ID() % 1_000_000_000
+	if err := db.Exec("INSERT INTO vouchers (id, title, stock, initial_stock, begin_time, end_time, created_at) VALUES (?, 't', 10, 10, NOW(), NOW() + INTERVAL 1 HOUR, NOW())", vid).Error; err != nil {
+		t.Fatal(err)
+	}
+	return vid
 }
