@@ -36,9 +36,7 @@ type handle struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	// watchdogStop and watchdogExited are nil without a watchdog.
-	watchdogStop   context.CancelFunc
-	watchdogExited chan struct{}
+	watchdog *watchdog // nil without one
 
 	mu       sync.Mutex
 	until    time.Time   // local deadline; guarded by mu
@@ -60,20 +58,15 @@ func newHandle(ctx context.Context, key string, fence int64, start time.Time, tt
 		until:  start.Add(ttl - drift(ttl)),
 	}
 	lk.ctx, lk.cancel = context.WithCancelCause(ctx)
-	var wctx context.Context
 	if o.watchdog {
-		// The watchdog outlives a cancelled Obtain ctx (it keeps its
-		// values only): holding the lock ends with Release or maxHold.
-		wctx, lk.watchdogStop = context.WithCancel(context.WithoutCancel(ctx))
-		lk.watchdogExited = make(chan struct{})
+		// Before the expiry timer: whatever that timer's goroutine does
+		// (end) finds the watchdog complete.
+		lk.watchdog = startWatchdog(ctx, lk, start, ttl, o.maxHold)
 	}
 	// Under mu: checkExpiry may run before AfterFunc has even returned.
 	lk.mu.Lock()
 	lk.expiry = time.AfterFunc(time.Until(lk.until), lk.checkExpiry)
 	lk.mu.Unlock()
-	if wctx != nil {
-		go lk.watch(wctx, start, ttl, o.maxHold)
-	}
 	return lk
 }
 
@@ -131,9 +124,8 @@ func (lk *handle) Release(ctx context.Context) error {
 	lk.mu.Unlock()
 
 	// Stop renewing before releasing, so no renewal can follow the release.
-	if lk.watchdogStop != nil {
-		lk.watchdogStop()
-		<-lk.watchdogExited
+	if lk.watchdog != nil {
+		lk.watchdog.halt()
 	}
 	// Release is cleanup: it must run after the work's context ended.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -164,8 +156,8 @@ func (lk *handle) end(cause error, byRelease bool) {
 		lk.lost = true
 	}
 	lk.expiry.Stop()
-	if lk.watchdogStop != nil {
-		lk.watchdogStop()
+	if lk.watchdog != nil {
+		lk.watchdog.quit()
 	}
 	lk.cancel(cause) // first: whoever sees Done must find the cause set
 	close(lk.done)
@@ -194,39 +186,88 @@ func (lk *handle) checkExpiry() {
 	}
 }
 
-// watch renews the lock every ttl/3: two renewals can fail in a row and the
-// lock still lives. A failed request is not a loss (the next tick retries,
-// and checkExpiry ends the lock if none succeeds in time); a renewal that
-// finds the lock gone is.
-func (lk *handle) watch(ctx context.Context, start time.Time, ttl, maxHold time.Duration) {
-	defer close(lk.watchdogExited)
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		next := ttl
-		if maxHold > 0 {
-			// Renew no further than the cap; after that let it expire.
-			left := maxHold - time.Since(start)
-			if left < time.Millisecond {
-				return
-			}
-			next = min(ttl, left)
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, ttl/3)
-		err := lk.holder.extend(rctx, next)
-		cancel()
-		switch {
-		case err == nil:
-			lk.setUntil(sent.Add(next - drift(next)))
-		case errors.Is(err, ErrNotHeld):
-			lk.end(lk.errLost("was lost"), false)
-			return
-		}
+// A watchdog renews a lock every ttl/3: two renewals can fail in a row and
+// the lock still lives. A failed request is not a loss (the next renewal
+// retries, and checkExpiry ends the lock if none succeeds in time); a
+// renewal that finds the lock gone is.
+//
+// It runs from a timer, not from a goroutine of its own that waits on a
+// ticker: most locks are held for milliseconds and released long before
+// their first renewal, and a timer that never fires costs no goroutine to
+// start, park and wake again at Release (one sync order takes one such
+// lock: BENCHMARKS.md, internal/lock).
+type watchdog struct {
+	lk           *handle
+	ctx          context.Context    // ends with halt or quit: cuts a renewal in flight short
+	stop         context.CancelFunc // ends ctx
+	start        time.Time
+	ttl, maxHold time.Duration
+
+	mu    sync.Mutex  // held by a renewal while it runs: halt waits on it
+	timer *time.Timer // the next renewal; guarded by mu
+	due   time.Time   // when the timer was set to fire; guarded by mu
+}
+
+// startWatchdog arms the first renewal, ttl/3 from now. The watchdog
+// outlives a cancelled Obtain ctx (it keeps its values only): holding the
+// lock ends with Release, a loss or maxHold.
+func startWatchdog(ctx context.Context, lk *handle, start time.Time, ttl, maxHold time.Duration) *watchdog {
+	w := &watchdog{lk: lk, start: start, ttl: ttl, maxHold: maxHold}
+	w.ctx, w.stop = context.WithCancel(context.WithoutCancel(ctx))
+	// Under mu: renew may run before AfterFunc has even returned.
+	w.mu.Lock()
+	w.due = time.Now().Add(ttl / 3)
+	w.timer = time.AfterFunc(ttl/3, w.renew)
+	w.mu.Unlock()
+	return w
+}
+
+// renew runs on the timer's goroutine: it extends the lock, then sets the
+// timer again, for ttl/3 after this renewal was due (at once if that has
+// passed already, as a ticker's waiting tick would).
+func (w *watchdog) renew() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return // halted or quit: no renewal may follow
 	}
+	next := w.ttl
+	if w.maxHold > 0 {
+		// Renew no further than the cap; after that let it expire.
+		left := w.maxHold - time.Since(w.start)
+		if left < time.Millisecond {
+			return
+		}
+		next = min(w.ttl, left)
+	}
+	sent := time.Now()
+	rctx, cancel := context.WithTimeout(w.ctx, w.ttl/3)
+	err := w.lk.holder.extend(rctx, next)
+	cancel()
+	switch {
+	case err == nil:
+		w.lk.setUntil(sent.Add(next - drift(next)))
+	case errors.Is(err, ErrNotHeld):
+		w.lk.end(w.lk.errLost("was lost"), false)
+		return
+	}
+	w.due = later(w.due.Add(w.ttl/3), time.Now())
+	w.timer.Reset(time.Until(w.due))
+}
+
+// halt stops the watchdog and waits for a renewal in flight, which it cuts
+// short: once it returns, no renewal runs or will.
+func (w *watchdog) halt() {
+	w.stop()
+	w.mu.Lock()
+	w.timer.Stop()
+	w.mu.Unlock()
+}
+
+// quit stops the watchdog without waiting: end calls it, from renew too,
+// which holds mu. A renewal that fires later finds ctx ended and does
+// nothing. (timer is only set under mu before anyone can call quit.)
+func (w *watchdog) quit() {
+	w.stop()
+	w.timer.Stop()
 }
