@@ -3,8 +3,8 @@
 selling requests sent between two scrapes of the server's /metrics.
 
 BEFORE and AFTER hold the lines of seckill_stage_duration_seconds_bucket
-(the stock script, the lock, the commit: package order's stages) as the
-server exposed them before and after a run. The run's own histogram is
+(the stock script, the lock, the commit, the confirm: package order's
+stages) as the server exposed them before and after a run. The run's own histogram is
 their difference; each quantile is read off it as Prometheus'
 histogram_quantile reads one: the bucket it falls in, linearly
 interpolated between that bucket's bounds. The buckets double from
@@ -52,7 +52,7 @@ def main():
         print("not read: the server's /metrics did not answer after the run")
         return
     out = []
-    for stage in ("stock", "lock", "commit"):
+    for stage in ("stock", "lock", "commit", "confirm"):
         if stage not in after:
             continue
         was = before.get(stage, {})

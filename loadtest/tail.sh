@@ -21,9 +21,10 @@
 # disk's latency of a durable write, as InnoDB's log makes one (line
 # "disk"): a sync order waits for a COMMIT, so that tail is under its own.
 # After them, for each async and sync run, the quantiles of the stages the
-# server times (the stock script, the lock, the commit), read off its
-# /metrics histograms before and after the run: doubling buckets, so each
-# quantile is interpolated inside one, and the warm-up is counted in them.
+# server times (the stock script, the lock, the commit, the confirm), read
+# off its /metrics histograms before and after the run: doubling buckets,
+# so each quantile is interpolated inside one, and the warm-up is counted
+# in them.
 #
 # The paths (PATHS, comma- or space-separated):
 #   sold_out         POST /seckill/{id} of a voucher with no stock;

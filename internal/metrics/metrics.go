@@ -55,20 +55,21 @@ type Metrics struct {
 	reg *prometheus.Registry
 	log *slog.Logger
 
-	answers   map[apperr.Code]prometheus.Counter // read-only after New
-	answerOK  prometheus.Counter
-	request   prometheus.Observer
-	stages    map[string]prometheus.Observer // read-only after New
-	locks     map[string]prometheus.Counter  // read-only after New
-	committed prometheus.Observer
-	conflicts prometheus.Counter
-	consumer  prometheus.Observer
-	reclaimed prometheus.Counter
-	drift     prometheus.Counter
-	paid      prometheus.Counter
-	cancelled map[string]prometheus.Counter // by reason; read-only after New
-	refunded  prometheus.Counter
-	returned  prometheus.Counter
+	answers     map[apperr.Code]prometheus.Counter // read-only after New
+	answerOK    prometheus.Counter
+	request     prometheus.Observer
+	stages      map[string]prometheus.Observer // read-only after New
+	locks       map[string]prometheus.Counter  // read-only after New
+	committed   prometheus.Observer
+	conflicts   prometheus.Counter
+	consumer    prometheus.Observer
+	reclaimed   prometheus.Counter
+	unconfirmed prometheus.Counter
+	drift       prometheus.Counter
+	paid        prometheus.Counter
+	cancelled   map[string]prometheus.Counter // by reason; read-only after New
+	refunded    prometheus.Counter
+	returned    prometheus.Counter
 	// The waiting rooms (package room): joins, admissions, holds that
 	// ended without an order, and the wait from joining (or from the
 	// draw, for who joined before it) to admission.
@@ -89,7 +90,7 @@ var codes = []apperr.Code{
 // series exists from the start, at zero, so that a dashboard shows it
 // before its first event.
 var (
-	stageNames      = []string{"stock", "lock", "commit"}
+	stageNames      = []string{"stock", "lock", "commit", "confirm"}
 	lockResultNames = []string{"obtained", "contended", "lost"}
 	cancelReasons   = []string{"buyer", "timeout"}
 )
@@ -130,7 +131,8 @@ func New(log *slog.Logger) *Metrics {
 	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "seckill_stage_duration_seconds",
 		Help: "Time spent in one stage of a seckill request: stock is the stock script in Redis (every request that gets that far), " +
-			"lock obtaining the per-user lock, commit writing the order to MySQL (sync mode; includes waiting for the group commit).",
+			"lock obtaining the per-user lock, commit writing the order to MySQL (sync mode; includes waiting for the group commit), " +
+			"confirm closing the holds of committed orders in Redis (sync mode; one script a group commit's batch, from its COMMIT).",
 		Buckets: latencyBuckets,
 	}, []string{"stage"})
 	for _, s := range stageNames {
@@ -167,6 +169,12 @@ func New(log *slog.Logger) *Metrics {
 		Help: "Units of stock the sweeper put back on sale because the request that took them died (or failed to give them back) before writing its order.",
 	})
 	m.reclaimed = reclaimed
+	unconfirmed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seckill_holds_unconfirmed_total",
+		Help: "Holds of committed orders (sync mode) that could not be closed in Redis after the COMMIT (Redis failed or did not answer in time): " +
+			"each stays open until it expires, and the sweeper, finding its order's row, closes it then and keeps the buyer.",
+	})
+	m.unconfirmed = unconfirmed
 	drift := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "seckill_stock_drift_corrected_total",
 		Help: "Times the sweeper found a voucher's stock in Redis different from MySQL's and set it to MySQL's.",
@@ -199,7 +207,7 @@ func New(log *slog.Logger) *Metrics {
 	for _, r := range cancelReasons {
 		m.cancelled[r] = cancelled.WithLabelValues(r)
 	}
-	reg.MustRegister(answers, request, stages, locks, committed, conflicts, consumer, reclaimed, drift, cancelled)
+	reg.MustRegister(answers, request, stages, locks, committed, conflicts, consumer, reclaimed, unconfirmed, drift, cancelled)
 	return m
 }
 
@@ -269,6 +277,9 @@ func (m *Metrics) Conflict() { m.conflicts.Inc() }
 
 // Reclaimed implements order.Observer.
 func (m *Metrics) Reclaimed() { m.reclaimed.Inc() }
+
+// Unconfirmed implements order.Observer.
+func (m *Metrics) Unconfirmed(n int) { m.unconfirmed.Add(float64(n)) }
 
 // DriftCorrected implements order.Observer.
 func (m *Metrics) DriftCorrected() { m.drift.Inc() }

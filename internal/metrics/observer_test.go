@@ -19,12 +19,13 @@ import (
 func TestObserverKnowsOrdersNames(t *testing.T) {
 	m := metrics.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var obs order.Observer = m
-	for _, s := range []string{order.StageStock, order.StageLock, order.StageCommit} {
+	for _, s := range []string{order.StageStock, order.StageLock, order.StageCommit, order.StageConfirm} {
 		obs.Stage(s, time.Millisecond)
 	}
 	for _, r := range []string{order.LockObtained, order.LockContended, order.LockLost} {
 		obs.UserLock(r)
 	}
+	obs.Unconfirmed(2)
 	for _, r := range []string{order.CancelByBuyer, order.CancelTimeout} {
 		obs.Cancelled(r)
 	}
@@ -35,6 +36,8 @@ func TestObserverKnowsOrdersNames(t *testing.T) {
 		`seckill_stage_duration_seconds_count{stage="stock"} 1`,
 		`seckill_stage_duration_seconds_count{stage="lock"} 1`,
 		`seckill_stage_duration_seconds_count{stage="commit"} 1`,
+		`seckill_stage_duration_seconds_count{stage="confirm"} 1`,
+		`seckill_holds_unconfirmed_total 2`,
 		`seckill_user_lock_total{result="obtained"} 1`,
 		`seckill_user_lock_total{result="contended"} 1`,
 		`seckill_user_lock_total{result="lost"} 1`,

@@ -255,6 +255,11 @@ func TestGroupCommitConfirmCutOff(t *testing.T) {
 			t.Errorf("user %d of the struck batch: hold closed, though its confirm never reached Redis", u)
 		}
 	}
+	// Told to the operator (seckill_holds_unconfirmed_total): the batch's
+	// holds, no fewer; more only if a request's own confirm met the cut.
+	if n := obs.left(); n < len(struck) {
+		t.Errorf("%d holds counted as left to the sweeper, want at least the struck batch's %d", n, len(struck))
+	}
 
 	// The holds expire; the sweeper settles them by MySQL's rows.
 	time.Sleep(hold + 200*time.Millisecond)

@@ -13,7 +13,7 @@ import "time"
 // block, and must be safe for concurrent use.
 type Observer interface {
 	// Stage reports how long one stage of a seckill request took: one of
-	// StageStock, StageLock, StageCommit.
+	// StageStock, StageLock, StageCommit, StageConfirm.
 	Stage(stage string, d time.Duration)
 	// UserLock reports what became of one request's per-user lock: one of
 	// LockObtained, LockContended, LockLost.
@@ -28,6 +28,11 @@ type Observer interface {
 	Conflict()
 	// Reclaimed reports a unit the sweeper took back from an abandoned hold.
 	Reclaimed()
+	// Unconfirmed reports n holds of committed orders that could not be
+	// closed in Redis (it failed, or did not answer in time): each stays
+	// open until the sweeper finds its row and closes it, keeping the
+	// buyer, once it expires.
+	Unconfirmed(n int)
 	// DriftCorrected reports that the sweeper set a voucher's Redis stock
 	// to MySQL's.
 	DriftCorrected()
@@ -53,6 +58,10 @@ const (
 	// StageCommit is writing the order to MySQL, from handing it to the
 	// group-commit writer to its COMMIT's answer (sync mode).
 	StageCommit = "commit"
+	// StageConfirm is closing the holds of committed orders in Redis (sync
+	// mode): one script for a group commit's batch (writer.go), timed
+	// from its COMMIT's answer, or one for an order written alone.
+	StageConfirm = "confirm"
 )
 
 // What became of a request's per-user lock.
@@ -76,6 +85,7 @@ func (nobody) UserLock(string)             {}
 func (nobody) Committed(int)               {}
 func (nobody) Conflict()                   {}
 func (nobody) Reclaimed()                  {}
+func (nobody) Unconfirmed(int)             {}
 func (nobody) DriftCorrected()             {}
 func (nobody) Paid()                       {}
 func (nobody) Cancelled(string)            {}

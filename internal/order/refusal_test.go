@@ -74,11 +74,20 @@ func (r *refusalRig) taken(t *testing.T, n int64) {
 // group-commit transaction.
 type batches struct {
 	nobody
-	mu    sync.Mutex
-	sizes []int
+	mu          sync.Mutex
+	sizes       []int
+	unconfirmed int
 }
 
-func (b *batches) Committed(n int) { b.mu.Lock(); b.sizes = append(b.sizes, n); b.mu.Unlock() }
+func (b *batches) Committed(n int)   { b.mu.Lock(); b.sizes = append(b.sizes, n); b.mu.Unlock() }
+func (b *batches) Unconfirmed(n int) { b.mu.Lock(); b.unconfirmed += n; b.mu.Unlock() }
+
+// left is how many holds of committed orders were left to the sweeper.
+func (b *batches) left() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unconfirmed
+}
 
 func (b *batches) commits() []int {
 	b.mu.Lock()

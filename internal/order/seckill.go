@@ -253,7 +253,11 @@ func (m syncMode) place(ctx context.Context, v *voucher.Voucher, userID int64) (
 	// whatever happens here: if Redis fails now, the Sweeper finds the
 	// expired hold, sees the row, and closes it then.
 	if !closed {
-		if _, err := m.stocks.Confirm(context.WithoutCancel(ctx), h); err != nil {
+		start := time.Now()
+		_, err := m.stocks.Confirm(context.WithoutCancel(ctx), h)
+		m.obs.Stage(StageConfirm, time.Since(start))
+		if err != nil {
+			m.obs.Unconfirmed(1)
 			m.log.WarnContext(ctx, "confirm hold; the sweeper will", "voucher", voucherID, "user", userID, "err", err)
 		}
 	}

@@ -260,6 +260,7 @@ func (g *groupCommit) closeHolds(ws []*write) {
 		// holds are then the Sweeper's, as after a failed close.
 		defer func() {
 			if r := recover(); r != nil {
+				g.obs.Unconfirmed(len(hs))
 				g.log.Error("confirm the holds of a group commit panicked; the sweeper will", "orders", len(hs), "panic", r)
 			}
 			for _, w := range ws {
@@ -272,7 +273,12 @@ func (g *groupCommit) closeHolds(ws []*write) {
 			ctx, cancel = context.WithTimeout(ctx, g.confirmWithin)
 			defer cancel()
 		}
-		if _, err := g.stocks.ConfirmAll(ctx, hs); err != nil {
+		_, err := g.stocks.ConfirmAll(ctx, hs)
+		g.obs.Stage(StageConfirm, time.Since(committed))
+		if err != nil {
+			// Some shards' holds may be closed; which, the error does not
+			// say, so all count as left to the Sweeper.
+			g.obs.Unconfirmed(len(hs))
 			g.log.WarnContext(ctx, "confirm the holds of a group commit; the sweeper will", "orders", len(hs), "err", err)
 		}
 	}()
