@@ -21,7 +21,7 @@ for k = 1, #KEYS, 3 do
   a = a + 2
   -- In slices: unpack puts its values on Lua's stack, which takes 8000
   -- at most. (A batch holds at most 100 orders today: the slices are
-  -- for a larger GroupCommit.)
+  -- for a larger GroupCommit; TestConfirmAllManyHolds.)
   for i = a, last, 1000 do
     local j = math.min(i + 999, last)
     closed = closed + redis.call('ZREM', KEYS[k], unpack(ARGV, i, j))

@@ -315,3 +315,52 @@ func scriptTime(b *testing.B, rdb *redis.Client) float64 {
 	}
 	return total
 }
+
+// TestConfirmAllManyHolds closes more holds in one call than Lua's unpack
+// can put on its stack at once (8,000): confirmall.lua sends them to ZREM
+// and SADD in slices of 1,000. Without the slices the script fails with
+// "too many results to unpack". (A group commit's batch is 100 orders at
+// most today; the slices are for a larger GROUP_COMMIT.)
+func TestConfirmAllManyHolds(t *testing.T) {
+	const n = 8200 // eight whole slices and a part
+	rdb := testenv.Redis(t, 0)
+	s := stock.NewStore(rdb, time.Minute)
+	ctx := context.Background()
+	id := newBucketed(t, rdb, s, n, 1)
+	holds := make([]stock.Hold, n)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				h, res, err := s.Take(ctx, id, 1, int64(i+1))
+				if err != nil || res != stock.Taken {
+					t.Errorf("take for user %d: %v %v", i+1, res, err)
+					return
+				}
+				holds[i] = h
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	k := stock.KeysOf(id)
+	// Forget every buyer: the confirm must remember them all again.
+	if err := rdb.Del(ctx, k.Buyers).Err(); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := s.ConfirmAll(ctx, holds)
+	if err != nil {
+		t.Fatalf("ConfirmAll of %d holds: %v", n, err)
+	}
+	if closed != n {
+		t.Errorf("ConfirmAll closed %d holds, want %d", closed, n)
+	}
+	if open := rdb.ZCard(ctx, k.Holds).Val(); open != 0 {
+		t.Errorf("%d holds still open", open)
+	}
+	if buyers := rdb.SCard(ctx, k.Buyers).Val(); buyers != n {
+		t.Errorf("%d buyers remembered, want %d", buyers, n)
+	}
+}
