@@ -58,14 +58,17 @@ func newHandle(ctx context.Context, key string, fence int64, start time.Time, tt
 		until:  start.Add(ttl - drift(ttl)),
 	}
 	lk.ctx, lk.cancel = context.WithCancelCause(ctx)
-	if o.watchdog {
-		// Before the expiry timer: whatever that timer's goroutine does
-		// (end) finds the watchdog complete.
-		lk.watchdog = startWatchdog(ctx, lk, start, ttl, o.maxHold)
-	}
-	// Under mu: checkExpiry may run before AfterFunc has even returned.
+	// Both timers are set under mu: checkExpiry, and a renewal through
+	// setUntil or end, may run before AfterFunc has even returned, and
+	// must find the handle whole. (This takes mu, then the watchdog's
+	// own, the reverse of a renewal's order; no deadlock: nobody else
+	// can hold the watchdog's before startWatchdog returns, and a
+	// renewal that fires afterwards only waits here for mu.)
 	lk.mu.Lock()
 	lk.expiry = time.AfterFunc(time.Until(lk.until), lk.checkExpiry)
+	if o.watchdog {
+		lk.watchdog = startWatchdog(ctx, lk, start, ttl, o.maxHold)
+	}
 	lk.mu.Unlock()
 	return lk
 }
@@ -251,6 +254,9 @@ func (w *watchdog) renew() {
 		w.lk.end(w.lk.errLost("was lost"), false)
 		return
 	}
+	if w.ctx.Err() != nil {
+		return // halted or quit while renewing: not again
+	}
 	w.due = later(w.due.Add(w.ttl/3), time.Now())
 	w.timer.Reset(time.Until(w.due))
 }
@@ -266,7 +272,8 @@ func (w *watchdog) halt() {
 
 // quit stops the watchdog without waiting: end calls it, from renew too,
 // which holds mu. A renewal that fires later finds ctx ended and does
-// nothing. (timer is only set under mu before anyone can call quit.)
+// nothing. (end runs under the handle's mu, under which newHandle set the
+// timer: it reads timer safely without the watchdog's.)
 func (w *watchdog) quit() {
 	w.stop()
 	w.timer.Stop()
