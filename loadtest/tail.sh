@@ -241,7 +241,8 @@ open_loop() {
 
 # stages prints the server's histograms of a selling request's stages
 # (seckill_stage_duration_seconds: the stock script, the lock, the
-# commit), which the admin may read on the main port.
+# commit, the confirm: one observation a batch), which the admin may read
+# on the main port.
 # A scrape that failed prints nothing (never a part: a histogram without
 # its last buckets would give wrong quantiles), and the run's row of
 # stages says so.

@@ -132,7 +132,7 @@ func New(log *slog.Logger) *Metrics {
 		Name: "seckill_stage_duration_seconds",
 		Help: "Time spent in one stage of a seckill request: stock is the stock script in Redis (every request that gets that far), " +
 			"lock obtaining the per-user lock, commit writing the order to MySQL (sync mode; includes waiting for the group commit), " +
-			"confirm closing the holds of committed orders in Redis (sync mode; one script a group commit's batch, from its COMMIT).",
+			"confirm closing the holds of committed orders in Redis (sync mode; one observation a group commit's batch, from its COMMIT, or an order's own confirm when it was written alone).",
 		Buckets: latencyBuckets,
 	}, []string{"stage"})
 	for _, s := range stageNames {
@@ -171,8 +171,8 @@ func New(log *slog.Logger) *Metrics {
 	m.reclaimed = reclaimed
 	unconfirmed := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "seckill_holds_unconfirmed_total",
-		Help: "Holds of committed orders (sync mode) that could not be closed in Redis after the COMMIT (Redis failed or did not answer in time): " +
-			"each stays open until it expires, and the sweeper, finding its order's row, closes it then and keeps the buyer.",
+		Help: "Holds of committed orders (sync mode) whose close in Redis after the COMMIT was not acknowledged (Redis failed or did not answer in time; a lost reply may have closed some): " +
+			"each still open stays so until it expires, and the sweeper, finding its order's row, closes it then and keeps the buyer.",
 	})
 	m.unconfirmed = unconfirmed
 	drift := prometheus.NewCounter(prometheus.CounterOpts{

@@ -28,10 +28,11 @@ type Observer interface {
 	Conflict()
 	// Reclaimed reports a unit the sweeper took back from an abandoned hold.
 	Reclaimed()
-	// Unconfirmed reports n holds of committed orders that could not be
-	// closed in Redis (it failed, or did not answer in time): each stays
-	// open until the sweeper finds its row and closes it, keeping the
-	// buyer, once it expires.
+	// Unconfirmed reports n holds of committed orders whose close in Redis
+	// was not acknowledged (it failed, or did not answer in time; a lost
+	// reply may have closed some): each still open stays so until the
+	// sweeper finds its row and closes it, keeping the buyer, once it
+	// expires.
 	Unconfirmed(n int)
 	// DriftCorrected reports that the sweeper set a voucher's Redis stock
 	// to MySQL's.
@@ -59,8 +60,9 @@ const (
 	// group-commit writer to its COMMIT's answer (sync mode).
 	StageCommit = "commit"
 	// StageConfirm is closing the holds of committed orders in Redis (sync
-	// mode): one script for a group commit's batch (writer.go), timed
-	// from its COMMIT's answer, or one for an order written alone.
+	// mode): one observation for a group commit's batch (writer.go), timed
+	// from its COMMIT's answer, or one for an order written alone, around
+	// its own confirm. Unlike the other stages, not one a request.
 	StageConfirm = "confirm"
 )
 

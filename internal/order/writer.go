@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -258,10 +259,13 @@ func (g *groupCommit) closeHolds(ws []*write) {
 		// (a bug in the Redis client's code) is logged, not left to end
 		// the process from this goroutine, where no web.Recover is; the
 		// holds are then the Sweeper's, as after a failed close.
+		left := len(hs) // open, until ConfirmAll says otherwise
 		defer func() {
 			if r := recover(); r != nil {
-				g.obs.Unconfirmed(len(hs))
 				g.log.Error("confirm the holds of a group commit panicked; the sweeper will", "orders", len(hs), "panic", r)
+			}
+			if left > 0 {
+				g.obs.Unconfirmed(left)
 			}
 			for _, w := range ws {
 				w.done <- written{outcome: Written, closed: true, committed: committed}
@@ -275,11 +279,15 @@ func (g *groupCommit) closeHolds(ws []*write) {
 		}
 		_, err := g.stocks.ConfirmAll(ctx, hs)
 		g.obs.Stage(StageConfirm, time.Since(committed))
+		left = 0
 		if err != nil {
-			// Some shards' holds may be closed; which, the error does not
-			// say, so all count as left to the Sweeper.
-			g.obs.Unconfirmed(len(hs))
-			g.log.WarnContext(ctx, "confirm the holds of a group commit; the sweeper will", "orders", len(hs), "err", err)
+			// The holds of the calls that failed (some shards' may be
+			// closed); all of them if the error does not say.
+			left = len(hs)
+			if ue, ok := errors.AsType[*stock.UnconfirmedError](err); ok {
+				left = ue.Holds
+			}
+			g.log.WarnContext(ctx, "confirm the holds of a group commit; the sweeper will", "orders", len(hs), "open", left, "err", err)
 		}
 	}()
 }

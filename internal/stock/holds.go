@@ -75,17 +75,23 @@ var (
 // Each call runs whole or not at all, as Confirm's does; a call that
 // fails (Redis down, the reply lost) leaves its entries open, and the
 // Sweeper closes them once they expire, having seen the orders' rows: as
-// after a Confirm that failed. The error joins every failed call's.
+// after a Confirm that failed. The error, an *UnconfirmedError, joins
+// every failed call's and says how many of hs they leave open.
 func (s *Store) ConfirmAll(ctx context.Context, hs []Hold) (int, error) {
 	calls := closeCalls(hs)
 	if len(calls) == 1 {
-		return calls[0].run(ctx, s.rdb)
+		closed, err := calls[0].run(ctx, s.rdb)
+		if err != nil {
+			return 0, &UnconfirmedError{Holds: len(hs), err: err}
+		}
+		return closed, nil
 	}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		closed int
 		errs   []error
+		failed = map[int]bool{} // shards whose call failed
 	)
 	for _, c := range calls {
 		wg.Go(func() {
@@ -105,13 +111,37 @@ func (s *Store) ConfirmAll(ctx context.Context, hs []Hold) (int, error) {
 			closed += n
 			if err != nil {
 				errs = append(errs, err)
+				failed[c.shard] = true
 			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return closed, errors.Join(errs...)
+	if len(errs) == 0 {
+		return closed, nil
+	}
+	// A hold is left open if any of its entries was in a failed call:
+	// the hold where its unit was taken, or its claim at home.
+	left := 0
+	for _, h := range hs {
+		if failed[BucketShard(h.Voucher, h.Buckets, h.From)] || failed[BucketShard(h.Voucher, h.Buckets, h.Home)] {
+			left++
+		}
+	}
+	return closed, &UnconfirmedError{Holds: left, err: errors.Join(errs...)}
 }
+
+// An UnconfirmedError is ConfirmAll's error when a call failed: Holds of
+// the holds it was given may still be open, each with an entry in a
+// failed call (one whose reply alone was lost may have closed them after
+// all). The Sweeper closes those that are.
+type UnconfirmedError struct {
+	Holds int
+	err   error
+}
+
+func (e *UnconfirmedError) Error() string { return e.err.Error() }
+func (e *UnconfirmedError) Unwrap() error { return e.err }
 
 // A closeGroup is the users whose entries ConfirmAll closes in one set of
 // a bucket's keys, alike: a bucket's holds or its claims, its buyers
