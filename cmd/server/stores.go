@@ -92,13 +92,16 @@ const truthConns = 8
 func openTruth(ctx context.Context, st *stores, dsn string, nodes bool, gcfg *gorm.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var name, on string
-	err := st.db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Row().Scan(&name, &on)
+	pool, err := st.db.DB()
+	if err != nil {
+		return err
+	}
+	on, err := dbnodes.Galera(ctx, pool)
 	switch {
-	case err != nil && !errors.Is(err, sql.ErrNoRows) && nodes:
+	case err != nil && nodes:
 		return fmt.Errorf("ask whether MySQL is a Galera cluster: %w", err)
-	case on != "ON":
-		return nil // not MariaDB with Galera (MySQL has no such variable: no row)
+	case !on:
+		return nil
 	}
 	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {

@@ -282,6 +282,21 @@ func ready(status map[string]string) (up, cut bool, err error) {
 	return false, !serving, fmt.Errorf("wsrep state %s, ready %s, cluster %s", state, ready, cluster)
 }
 
+// Galera reports whether db's server is a node of a Galera cluster:
+// MariaDB's wsrep_on is ON. MySQL has no such variable and MariaDB
+// without Galera answers OFF: both are false, without an error. What to
+// do when it cannot be asked is the caller's choice (the server refuses
+// to start with MYSQL_NODES; a sold out's second look treats the server
+// as one node).
+func Galera(ctx context.Context, db *sql.DB) (bool, error) {
+	var name, on string
+	err := db.QueryRowContext(ctx, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Scan(&name, &on)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return on == "ON", err
+}
+
 // set records what is known of node i, logs a change, and closes its
 // connections if cut.
 func (n *Nodes) set(i int, up bool, why error, cut bool) {

@@ -135,3 +135,23 @@ func portOf2(t *testing.T, cfg *mysql.Config) int {
 	}
 	return port
 }
+
+// Galera tells a plain MariaDB (wsrep_on OFF) from a Galera node, and an
+// error apart from "no": the callers treat them differently. (A Galera
+// node's true is shown by the Galera tests of cmd/server and
+// internal/order, whose truth pool and second look depend on it.)
+func TestGaleraOnPlainMariaDB(t *testing.T) {
+	db, err := sql.Open("mysql", testenv.EmptyMySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if on, err := Galera(ctx, db); on || err != nil {
+		t.Errorf("Galera on a plain MariaDB: %v, %v; want false, nil", on, err)
+	}
+	db.Close()
+	if on, err := Galera(ctx, db); on || err == nil {
+		t.Errorf("Galera on a closed pool: %v, %v; want false and an error", on, err)
+	}
+}

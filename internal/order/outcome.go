@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
+
+	"seckill/internal/dbnodes"
 )
 
 // Outcome is what became of a write to MySQL. It has three values, not
@@ -125,14 +127,12 @@ func galera(ctx context.Context, db *gorm.DB) bool {
 	if on, ok := galeraPools.Load(pool); ok {
 		return on.(bool)
 	}
-	var name, on string
-	// MySQL has no such variable (no row); MariaDB without Galera answers
-	// OFF.
-	if err := db.WithContext(ctx).Raw("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").Row().Scan(&name, &on); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	on, err := dbnodes.Galera(ctx, pool)
+	if err != nil {
 		return false
 	}
-	galeraPools.Store(pool, on == "ON")
-	return on == "ON"
+	galeraPools.Store(pool, on)
+	return on
 }
 
 // transactOnce is transactWith without a second look at a sold out.
