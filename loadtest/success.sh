@@ -11,7 +11,10 @@
 #   orders/s    sync: rows committed for the run's voucher (every 200 is a
 #               committed row); async: orders accepted (units gone from the
 #               voucher's stock in Redis), all of which must reach MySQL;
-#   ratio       orders/s over the yardstick's req/s;
+#   ratio       orders/s over the yardstick's req/s; a pair whose run
+#               asked for every one of the USERS users is marked CAPPED:
+#               it sold to them all, and its rate is theirs over the run,
+#               a lower bound of the server's (raise USERS);
 #   lag         async: from the end of the load to the last accepted order
 #               in MySQL (polled every 10 ms);
 #   cpu         CPU µs per order of each program: the yardstick or the
@@ -45,7 +48,7 @@ PAIRS=${PAIRS:-5}
 DURATION=${DURATION:-4s}
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-64}
-USERS=${USERS:-100000} # more than a run can sell, so that no user buys twice
+USERS=${USERS:-300000} # more than a run can sell, so that no user buys twice
 MODES=${MODES:-sync async}
 PROFILE=${PROFILE:-0}
 REUSE_TOKENS=${REUSE_TOKENS:-0} # 1: skip the logins if $WORK holds tokens of the last hour
@@ -207,8 +210,10 @@ for mode in $MODES; do
 		y=$(yard_run "$mode")
 		s=$(server_run "$mode")
 		echo "$i $y $s" >>"$WORK/$mode.pairs"
-		python3 -c 'import sys; m, i, y, o, lag, n = sys.argv[1:]; y, o = float(y), float(o); print(f"{m:<6} pair {i}: yardstick {y:8.0f} req/s   {m} {o:8.0f} orders/s   ratio {o / y:.3f}" + (f"   lag {lag} ms" if m == "async" else ""))' \
-			"$mode" "$i" $y $s
+		# A run that sent a request for every user has sold to all of
+		# them: its rate is the users over the run, not the server's.
+		python3 -c 'import sys; m, i, users, y, o, lag, n = sys.argv[1:]; y, o = float(y), float(o); print(f"{m:<6} pair {i}: yardstick {y:8.0f} req/s   {m} {o:8.0f} orders/s   ratio {o / y:.3f}" + (f"   lag {lag} ms" if m == "async" else "") + (f"   CAPPED: all {users} users bought, a lower bound (raise USERS)" if int(n) >= int(users) else ""))' \
+			"$mode" "$i" "$USERS" $y $s
 	done
 	python3 - "$mode" "$WORK/$mode.cpu" <<-'EOF'
 		import statistics, sys
@@ -246,9 +251,9 @@ for mode in $MODES; do
 			cat "$WORK/$mode.$who.stages.txt"
 		done
 	fi
-	python3 - "$mode" "$WORK/$mode.pairs" <<-'EOF'
+	python3 - "$mode" "$WORK/$mode.pairs" "$USERS" <<-'EOF'
 		import statistics, sys
-		mode, path = sys.argv[1], sys.argv[2]
+		mode, path, users = sys.argv[1], sys.argv[2], float(sys.argv[3])
 		rows = [tuple(map(float, l.split()[1:4])) for l in open(path) if l.strip()]
 		ratios = [o / y for y, o, _ in rows]
 		med = statistics.median
@@ -258,5 +263,7 @@ for mode in $MODES; do
 		if mode == "async":
 		    line += f"; lag to the last row {med(r[2] for r in rows):.0f} ms, worst {max(r[2] for r in rows):.0f} ms"
 		print(line + ")")
+		if capped := sum(1 for l in open(path) if l.split()[4:] and float(l.split()[4]) >= users):
+		    print(f"{mode:<6} CAPPED: {capped} of {len(rows)} pairs sold to every one of the {users:.0f} users: their ratios are lower bounds (raise USERS)")
 	EOF
 done
