@@ -136,12 +136,13 @@ func portOf2(t *testing.T, cfg *mysql.Config) int {
 	return port
 }
 
-// Galera tells a plain MariaDB (wsrep_on OFF) from a Galera node, and an
-// error apart from "no": the callers treat them differently. (A Galera
-// node's true is shown by the Galera tests of cmd/server and
-// internal/order, whose truth pool and second look depend on it.)
+// Galera tells a plain MariaDB (wsrep_on OFF; on MySQL, no such variable)
+// from a Galera node, and an error apart from "no": the callers treat
+// them differently. (A Galera node's true is shown by the Galera tests of
+// cmd/server and internal/order, whose truth pool and second look depend
+// on it.)
 func TestGaleraOnPlainMariaDB(t *testing.T) {
-	db, err := sql.Open("mysql", testenv.EmptyMySQLDSN(t))
+	db, err := sql.Open("mysql", testenv.MySQLDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -278,7 +278,6 @@ func (g *groupCommit) closeHolds(ws []*write) {
 			defer cancel()
 		}
 		_, err := g.stocks.ConfirmAll(ctx, hs)
-		g.obs.Stage(StageConfirm, time.Since(committed))
 		left = 0
 		if err != nil {
 			// The holds of the calls that failed (some shards' may be
@@ -287,6 +286,9 @@ func (g *groupCommit) closeHolds(ws []*write) {
 			if ue, ok := errors.AsType[*stock.UnconfirmedError](err); ok {
 				left = ue.Holds
 			}
+		}
+		g.obs.Stage(StageConfirm, time.Since(committed))
+		if err != nil {
 			g.log.WarnContext(ctx, "confirm the holds of a group commit; the sweeper will", "orders", len(hs), "open", left, "err", err)
 		}
 	}()

@@ -402,7 +402,12 @@ func TestConfirmAllManyHolds(t *testing.T) {
 // the silent master, once, and every other hold is closed.
 func TestConfirmAllCountsWhatItLeaves(t *testing.T) {
 	cluster := testenv.StartCluster(t)
-	rdb := cluster.Client(t)
+	// A client whose contexts bound its reads (without it go-redis waits
+	// its ReadTimeout, 3 s, for the silent master): the freeze must end
+	// well within the cluster's NodeTimeout, before a replica would take
+	// the master's place.
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), MaxRetries: -1, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
 	s := stock.NewStore(rdb, time.Minute)
 	ctx := context.Background()
 	master := func(k stock.Keys) string { return cluster.MasterOf(t, k.Holds).Addr() }
@@ -451,11 +456,26 @@ func TestConfirmAllCountsWhatItLeaves(t *testing.T) {
 			node = m
 		}
 	}
+	if node == nil {
+		t.Fatalf("no master at %s", silent)
+	}
 	node.Freeze(t)
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			node.Thaw(t)
+		}
+	})
+	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err := s.ConfirmAll(cctx, holds)
 	cancel()
+	took := time.Since(start)
 	node.Thaw(t)
+	thawed = true
+	if took > testenv.NodeTimeout/2 {
+		t.Fatalf("ConfirmAll took %v with a master silent: its context did not bound it, and the cluster may have failed over", took)
+	}
 
 	ue, ok := errors.AsType[*stock.UnconfirmedError](err)
 	if !ok {
